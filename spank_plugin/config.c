@@ -1,0 +1,99 @@
+/* Parsing of the user's --ddp-topo value and the admin's plugstack.conf
+ * arguments. Pure string handling, shared by every context. */
+#include "plugin.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "ddptopo.h"
+
+#define VALID_VALUES "a mode (auto, env, off) and flags (verbose), comma-separated, " \
+                     "e.g. --ddp-topo=auto,verbose"
+#define VALID_ARGS "default=off|env|auto, port_range=LO-HI"
+
+static const char *const mode_names[] = {
+    [DDP_MODE_OFF] = "off", [DDP_MODE_ENV] = "env", [DDP_MODE_AUTO] = "auto"};
+
+const char *ddp_mode_name(ddp_mode_t mode)
+{
+    return mode_names[mode];
+}
+
+static int mode_lookup(const char *s, size_t len, ddp_mode_t *mode)
+{
+    for (size_t i = 0; i < sizeof(mode_names) / sizeof(mode_names[0]); i++) {
+        if (strlen(mode_names[i]) == len && !strncmp(s, mode_names[i], len)) {
+            *mode = (ddp_mode_t)i;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+int ddp_request_parse(const char *value, ddp_request_t *req, char *err, size_t errlen)
+{
+    ddp_request_t r = {.given = true, .mode = DDP_MODE_AUTO};
+    bool have_mode = false;
+    const char *s = value ? value : "";
+
+    /* A bare --ddp-topo means auto (SLURM may pass NULL or ""). */
+    if (!*s)
+        goto done;
+    do {
+        size_t len = strcspn(s, ",");
+        ddp_mode_t m;
+
+        if (len == 7 && !strncmp(s, "verbose", 7)) {
+            r.verbose = true;
+        } else if (!have_mode && mode_lookup(s, len, &m) == 0) {
+            r.mode = m;
+            have_mode = true;
+        } else {
+            const char *why = len == 0 ? "empty item"
+                            : mode_lookup(s, len, &m) == 0 ? "a second mode" : "unknown item";
+            snprintf(err, errlen, "invalid --ddp-topo value '%.80s': %s '%.*s' (expected %s)",
+                     value, why, (int)(len > 40 ? 40 : len), s, VALID_VALUES);
+            return -1;
+        }
+        s += len;
+    } while (*s++ == ',');
+done:
+    *req = r;
+    return 0;
+}
+
+static int config_arg(const char *arg, ddp_config_t *cfg, char *err, size_t errlen)
+{
+    dt_error_t derr;
+
+    if (!strncmp(arg, "default=", 8)) {
+        const char *v = arg + 8;
+        if (mode_lookup(v, strlen(v), &cfg->default_mode) == 0)
+            return 0;
+        snprintf(err, errlen, "plugstack.conf argument '%.80s': unknown mode (expected "
+                 "default=off, default=env or default=auto)", arg);
+        return -1;
+    }
+    if (!strncmp(arg, "port_range=", 11)) {
+        if (dt_port_range_parse(arg + 11, &cfg->port_lo, &cfg->port_hi, &derr) == 0)
+            return 0;
+        snprintf(err, errlen, "plugstack.conf argument '%.80s': %s", arg, derr.text);
+        return -1;
+    }
+    snprintf(err, errlen, "plugstack.conf argument '%.80s': unknown argument (valid: %s)",
+             arg, VALID_ARGS);
+    return -1;
+}
+
+int ddp_config_parse(int ac, char **av, ddp_config_t *cfg, char *err, size_t errlen)
+{
+    ddp_config_t c = {.default_mode = DDP_MODE_OFF,
+                      .port_lo = DT_PORT_RANGE_DEFAULT_LO,
+                      .port_hi = DT_PORT_RANGE_DEFAULT_HI};
+
+    for (int i = 0; i < ac; i++)
+        if (config_arg(av[i], &c, err, errlen) < 0)
+            return -1;
+    *cfg = c;
+    return 0;
+}

@@ -1,0 +1,74 @@
+/* ddp_topo.so: SPANK entry points. This file only dispatches: each SPANK
+ * context has its own file (local.c for srun/sbatch/salloc, remote.c for
+ * slurmstepd), and the real work lives in libddptopo. */
+#include "plugin.h"
+
+#include <stdio.h>
+#include <string.h>
+
+SPANK_PLUGIN(ddp_topo, 1);
+
+ddp_request_t ddp_request;
+char ddp_request_error[DDP_ERRLEN];
+
+/* Runs in srun/sbatch/salloc (remote == 0) for the environment form first,
+ * then the command line (last one wins), and twice in slurmstepd
+ * (remote == 1), so it must be idempotent. */
+static int option_cb(int val, const char *optarg, int remote)
+{
+    char err[DDP_ERRLEN];
+
+    (void)val;
+    if (ddp_request_parse(optarg, &ddp_request, err, sizeof(err)) == 0) {
+        ddp_request_error[0] = '\0';
+        return 0;
+    }
+    if (remote) {
+        /* slurmstepd only logs a failing option callback: keep the error
+         * and fail the tasks with it in task_init. */
+        snprintf(ddp_request_error, sizeof(ddp_request_error), "%s", err);
+        return 0;
+    }
+    slurm_error("ddp-topo: %s", err);
+    return -1;
+}
+
+static struct spank_option ddp_option = {
+    .name = "ddp-topo",
+    .arginfo = "MODE[,verbose]",
+    .usage = "Set up distributed training in each task: torchrun-compatible ranks, "
+             "MASTER_ADDR/MASTER_PORT, OMP_NUM_THREADS. MODE: auto (default), env, off; "
+             "verbose prints each rank's settings.",
+    .has_arg = 2,
+    .val = 0,
+    .cb = option_cb,
+};
+
+int slurm_spank_init(spank_t sp, int ac, char **av)
+{
+    spank_context_t ctx = spank_context();
+
+    if (ctx != S_CTX_LOCAL && ctx != S_CTX_ALLOCATOR && ctx != S_CTX_REMOTE)
+        return 0;
+    /* Registered in every context that sees options; sbatch and salloc
+     * only know options registered this way, not through a static table. */
+    if (spank_option_register(sp, &ddp_option) != ESPANK_SUCCESS) {
+        slurm_error("ddp-topo: cannot register --ddp-topo (another plugin may own the name)");
+        return -1;
+    }
+    return ctx == S_CTX_REMOTE ? ddp_remote_init(ac, av) : ddp_local_init(ac, av);
+}
+
+int slurm_spank_user_init(spank_t sp, int ac, char **av)
+{
+    (void)ac;
+    (void)av;
+    return spank_remote(sp) ? ddp_remote_user_init(sp) : 0;
+}
+
+int slurm_spank_task_init(spank_t sp, int ac, char **av)
+{
+    (void)ac;
+    (void)av;
+    return spank_remote(sp) ? ddp_remote_task_init(sp) : 0;
+}

@@ -1,0 +1,309 @@
+/* slurmstepd: compute the launch environment once per node per step
+ * (user_init) and apply it to each task (task_init).
+ *
+ * Errors found in init or user_init are kept and raised in task_init:
+ * SLURM drains the node when the batch step's init/user_init fails and
+ * silently ignores a failing user_init of an srun step, while a failing
+ * task_init fails just the job, with our message on the user's terminal. */
+#include "plugin.h"
+
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <slurm/slurm.h>
+
+#include "ddptopo.h"
+
+/* The longest SLURM_STEP_NODELIST we accept. */
+#define NODELIST_MAX (1 << 20)
+
+typedef struct {
+    bool active; /* this step asked for (or defaults to) the environment */
+    ddp_request_t req;
+    char error[DDP_ERRLEN];
+    uint32_t job_id, step_id, world, local_count, node_id, nnodes, cpus_per_task, restart;
+    char master_addr[256];
+    uint16_t master_port;
+    bool port_busy; /* the derived port is already bound on this node */
+} step_t;
+
+static ddp_config_t config;
+static char config_error[DDP_ERRLEN];
+static step_t step;
+
+static void step_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static void step_fail(const char *fmt, ...)
+{
+    va_list ap;
+
+    if (step.error[0])
+        return; /* the first error is the one to fix */
+    va_start(ap, fmt);
+    vsnprintf(step.error, sizeof(step.error), fmt, ap);
+    va_end(ap);
+}
+
+int ddp_remote_init(int ac, char **av)
+{
+    /* Never fail here: a failing init of the batch step drains the node. */
+    if (ddp_config_parse(ac, av, &config, config_error, sizeof(config_error)) < 0)
+        slurm_error("ddp-topo: %s", config_error);
+    return 0;
+}
+
+/* The user's request: --ddp-topo (command line or inherited from sbatch),
+ * else DDP_TOPO in the job's environment (for submissions that cannot pass
+ * SPANK options, such as slurmrestd), else the admin's default. */
+static void resolve_request(spank_t sp)
+{
+    char buf[128];
+
+    if (ddp_request_error[0]) {
+        step.req.given = true;
+        step_fail("%s", ddp_request_error);
+    } else if (ddp_request.given) {
+        step.req = ddp_request;
+    } else if (spank_getenv(sp, "DDP_TOPO", buf, sizeof(buf)) == ESPANK_SUCCESS) {
+        char err[DDP_ERRLEN];
+        if (ddp_request_parse(buf, &step.req, err, sizeof(err)) < 0) {
+            step.req.given = true;
+            step_fail("DDP_TOPO=%.100s: %s", buf, err);
+        }
+    } else {
+        step.req.mode = config.default_mode;
+    }
+}
+
+static int get_u32(spank_t sp, spank_item_t item, const char *name, uint32_t *v)
+{
+    spank_err_t rc = spank_get_item(sp, item, v);
+
+    if (rc != ESPANK_SUCCESS)
+        step_fail("cannot read %s from SLURM: %s (report this to your admin)", name,
+                  spank_strerror(rc));
+    return rc == ESPANK_SUCCESS ? 0 : -1;
+}
+
+static int read_items(spank_t sp)
+{
+    if (get_u32(sp, S_JOB_ID, "the job id", &step.job_id) < 0 ||
+        get_u32(sp, S_JOB_NNODES, "the step's node count", &step.nnodes) < 0 ||
+        get_u32(sp, S_JOB_NODEID, "this node's index", &step.node_id) < 0 ||
+        get_u32(sp, S_JOB_LOCAL_TASK_COUNT, "the local task count", &step.local_count) < 0 ||
+        get_u32(sp, S_JOB_TOTAL_TASK_COUNT, "the task count", &step.world) < 0 ||
+        get_u32(sp, S_STEP_CPUS_PER_TASK, "cpus per task", &step.cpus_per_task) < 0 ||
+        get_u32(sp, S_SLURM_RESTART_COUNT, "the restart count", &step.restart) < 0)
+        return -1;
+    return 0;
+}
+
+/* spank_getenv into a buffer that grows until the value fits. */
+static char *getenv_alloc(spank_t sp, const char *name)
+{
+    for (int len = 4096; len <= NODELIST_MAX; len *= 4) {
+        char *buf = malloc((size_t)len);
+        spank_err_t rc;
+
+        if (!buf)
+            return NULL;
+        rc = spank_getenv(sp, name, buf, len);
+        if (rc == ESPANK_SUCCESS)
+            return buf;
+        free(buf);
+        if (rc != ESPANK_NOSPACE)
+            return NULL;
+    }
+    return NULL;
+}
+
+/* MASTER_ADDR: the first host of the step (not of the job: `srun -r1` or
+ * `-w` start a step elsewhere), which runs rank 0 for every distribution
+ * we can derive. */
+static int find_master_addr(spank_t sp)
+{
+    char *list = getenv_alloc(sp, "SLURM_STEP_NODELIST");
+    char **hosts;
+    size_t n;
+    dt_error_t err;
+
+    if (!list) {
+        step_fail("MASTER_ADDR: SLURM_STEP_NODELIST is missing or longer than %d bytes "
+                  "(set MASTER_ADDR yourself)", NODELIST_MAX);
+        return -1;
+    }
+    if (dt_hostlist_expand(list, &hosts, &n, &err) < 0) {
+        step_fail("MASTER_ADDR: cannot parse SLURM_STEP_NODELIST: %s (set MASTER_ADDR "
+                  "yourself and report this)", err.text);
+        free(list);
+        return -1;
+    }
+    snprintf(step.master_addr, sizeof(step.master_addr), "%s", hosts[0]);
+    dt_hostlist_free(hosts, n);
+    free(list);
+    return 0;
+}
+
+/* With -m arbitrary rank 0 may run on another node than the step's first;
+ * the node that holds it can tell, and fails rather than let every rank
+ * wait for a TCPStore that never starts. */
+static void check_rank0_here(spank_t sp)
+{
+    char buf[8];
+
+    if (step.node_id == 0 || spank_getenv(sp, "MASTER_ADDR", buf, sizeof(buf)) != ESPANK_ENV_NOEXIST)
+        return;
+    for (uint32_t local = 0; local < step.local_count; local++) {
+        uint32_t global;
+        if (spank_get_item(sp, S_JOB_LOCAL_TO_GLOBAL_ID, local, &global) == ESPANK_SUCCESS &&
+            global == 0)
+            step_fail("MASTER_ADDR: rank 0 runs on node %u of the step, not on its first host "
+                      "%s (arbitrary distribution?); export MASTER_ADDR to rank 0's host",
+                      step.node_id, step.master_addr);
+    }
+}
+
+static bool port_in_use(uint16_t port)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port),
+                            .sin_addr.s_addr = htonl(INADDR_ANY)};
+    int one = 1, fd = socket(AF_INET, SOCK_STREAM, 0);
+    bool busy;
+
+    if (fd < 0)
+        return false;
+    /* As TCPStore binds: a port in TIME_WAIT is usable, a listener is not. */
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    busy = bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0;
+    close(fd);
+    return busy;
+}
+
+static void find_master_port(spank_t sp)
+{
+    char buf[256];
+    dt_error_t err;
+
+    if (spank_getenv(sp, "SLURM_STEP_RESV_PORTS", buf, sizeof(buf)) == ESPANK_SUCCESS) {
+        if (dt_resv_ports_first(buf, &step.master_port, &err) < 0)
+            step_fail("MASTER_PORT: %s (report this to your admin)", err.text);
+        return;
+    }
+    step.master_port = dt_master_port(step.job_id, step.step_id, step.restart,
+                                      config.port_lo, config.port_hi);
+    if (step.node_id == 0 && spank_getenv(sp, "MASTER_PORT", buf, sizeof(buf)) == ESPANK_ENV_NOEXIST)
+        step.port_busy = port_in_use(step.master_port);
+}
+
+int ddp_remote_user_init(spank_t sp)
+{
+    memset(&step, 0, sizeof(step));
+    /* Batch, extern and interactive steps are not training steps: giving the
+     * batch shell RANK or MASTER_ADDR would leak into every srun inside it. */
+    if (spank_get_item(sp, S_JOB_STEPID, &step.step_id) != ESPANK_SUCCESS ||
+        step.step_id >= SLURM_INTERACTIVE_STEP)
+        return 0;
+    resolve_request(sp);
+    /* A broken plugstack.conf breaks only the steps that asked for us. */
+    if (config_error[0] && !step.req.given)
+        return 0;
+    if (!step.error[0] && step.req.mode == DDP_MODE_OFF)
+        return 0;
+    step.active = true;
+    if (config_error[0])
+        step_fail("%s (ask your admin to fix the ddp_topo.so line in plugstack.conf)",
+                  config_error);
+    if (step.error[0] || read_items(sp) < 0 || find_master_addr(sp) < 0)
+        return 0;
+    check_rank0_here(sp);
+    find_master_port(sp);
+    return 0;
+}
+
+static int setf(spank_t sp, const char *name, int overwrite, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int setf(spank_t sp, const char *name, int overwrite, const char *fmt, ...)
+{
+    char val[256];
+    va_list ap;
+    spank_err_t rc;
+
+    va_start(ap, fmt);
+    vsnprintf(val, sizeof(val), fmt, ap);
+    va_end(ap);
+    rc = spank_setenv(sp, name, val, overwrite);
+    if (rc == ESPANK_SUCCESS || (rc == ESPANK_ENV_EXISTS && !overwrite))
+        return 0;
+    slurm_error("ddp-topo: cannot set %s in the task: %s", name, spank_strerror(rc));
+    return -1;
+}
+
+static int set_task_env(spank_t sp, uint32_t rank, int local)
+{
+    /* A step is one torchrun role, named "default" as torchrun names it. */
+    return setf(sp, "RANK", 1, "%u", rank) | setf(sp, "LOCAL_RANK", 1, "%d", local) |
+           setf(sp, "WORLD_SIZE", 1, "%u", step.world) |
+           setf(sp, "LOCAL_WORLD_SIZE", 1, "%u", step.local_count) |
+           setf(sp, "GROUP_RANK", 1, "%u", step.node_id) |
+           setf(sp, "NODE_RANK", 1, "%u", step.node_id) |
+           setf(sp, "GROUP_WORLD_SIZE", 1, "%u", step.nnodes) |
+           setf(sp, "ROLE_NAME", 1, "default") | setf(sp, "ROLE_RANK", 1, "%u", rank) |
+           setf(sp, "ROLE_WORLD_SIZE", 1, "%u", step.world) |
+           setf(sp, "TORCHELASTIC_RESTART_COUNT", 1, "%u", step.restart) |
+           setf(sp, "MASTER_ADDR", 0, "%s", step.master_addr) |
+           setf(sp, "MASTER_PORT", 0, "%u", step.master_port) |
+           setf(sp, "OMP_NUM_THREADS", 0, "%u", step.cpus_per_task ? step.cpus_per_task : 1);
+}
+
+static const char *effective(spank_t sp, const char *name, char *buf, int len)
+{
+    return spank_getenv(sp, name, buf, len) == ESPANK_SUCCESS ? buf : "?";
+}
+
+static void print_task(spank_t sp, uint32_t rank, int local)
+{
+    char host[256], addr[256], port[16], omp[16];
+
+    if (gethostname(host, sizeof(host)) < 0)
+        snprintf(host, sizeof(host), "?");
+    host[sizeof(host) - 1] = '\0';
+    fprintf(stderr, "ddp-topo: rank %u/%u on %s: node %u/%u local %d/%u MASTER_ADDR=%s "
+            "MASTER_PORT=%s OMP_NUM_THREADS=%s mode=%s\n", rank, step.world, host,
+            step.node_id, step.nnodes, local, step.local_count,
+            effective(sp, "MASTER_ADDR", addr, sizeof(addr)),
+            effective(sp, "MASTER_PORT", port, sizeof(port)),
+            effective(sp, "OMP_NUM_THREADS", omp, sizeof(omp)), ddp_mode_name(step.req.mode));
+}
+
+int ddp_remote_task_init(spank_t sp)
+{
+    uint32_t rank;
+    int local;
+
+    if (!step.active)
+        return 0;
+    if (step.error[0]) {
+        slurm_error("ddp-topo: %s", step.error);
+        return -1;
+    }
+    if (spank_get_item(sp, S_TASK_GLOBAL_ID, &rank) != ESPANK_SUCCESS ||
+        spank_get_item(sp, S_TASK_ID, &local) != ESPANK_SUCCESS) {
+        slurm_error("ddp-topo: cannot read this task's rank from SLURM (report this)");
+        return -1;
+    }
+    if (set_task_env(sp, rank, local) < 0)
+        return -1;
+    if (rank == 0 && step.port_busy)
+        fprintf(stderr, "ddp-topo: warning: MASTER_PORT %u is already in use on %s; rank 0 "
+                "will fail to listen (another job on this node? use srun --resv-ports, see "
+                "the README)\n", step.master_port, step.master_addr);
+    if (step.req.verbose)
+        print_task(sp, rank, local);
+    return 0;
+}

@@ -1,0 +1,62 @@
+/* The plugin's parsing of --ddp-topo values and plugstack.conf arguments. */
+#include "plugin.h"
+#include "tap.h"
+
+static void request_ok(const char *value, ddp_mode_t mode, bool verbose)
+{
+    ddp_request_t r;
+    char err[DDP_ERRLEN] = "";
+
+    ok(ddp_request_parse(value, &r, err, sizeof(err)) == 0 && r.given && r.mode == mode &&
+       r.verbose == verbose, "--ddp-topo=%s is %s%s %s", value ? value : "(bare)",
+       ddp_mode_name(mode), verbose ? ",verbose" : "", err);
+}
+
+static void request_refused(const char *value, const char *why)
+{
+    ddp_request_t r;
+    char err[DDP_ERRLEN] = "";
+
+    ok(ddp_request_parse(value, &r, err, sizeof(err)) < 0 && strstr(err, why) &&
+       strstr(err, "auto, env, off"), "--ddp-topo=%s refused: %s", value, err);
+}
+
+static void config_refused(const char *arg, const char *why)
+{
+    ddp_config_t c;
+    char err[DDP_ERRLEN] = "";
+    char *av[] = {(char *)"default=env", (char *)arg};
+
+    ok(ddp_config_parse(2, av, &c, err, sizeof(err)) < 0 && strstr(err, why) &&
+       strstr(err, arg), "plugstack '%s' refused: %s", arg, err);
+}
+
+int main(void)
+{
+    ddp_config_t c;
+    char err[DDP_ERRLEN];
+    char *av[] = {(char *)"default=auto", (char *)"port_range=20000-20010"};
+
+    request_ok(NULL, DDP_MODE_AUTO, false);
+    request_ok("", DDP_MODE_AUTO, false);
+    request_ok("auto", DDP_MODE_AUTO, false);
+    request_ok("env", DDP_MODE_ENV, false);
+    request_ok("off", DDP_MODE_OFF, false);
+    request_ok("auto,verbose", DDP_MODE_AUTO, true);
+    request_ok("verbose,env", DDP_MODE_ENV, true);
+    request_ok("verbose", DDP_MODE_AUTO, true);
+    request_refused("bogus", "unknown item 'bogus'");
+    request_refused("-n1", "unknown item '-n1'");
+    request_refused("auto,", "empty item");
+    request_refused("auto,off", "a second mode 'off'");
+    request_refused("AUTO", "unknown item");
+
+    ok(ddp_config_parse(0, NULL, &c, err, sizeof(err)) == 0 && c.default_mode == DDP_MODE_OFF &&
+       c.port_lo == 61000 && c.port_hi == 65535, "no arguments: default=off, 61000-65535");
+    ok(ddp_config_parse(2, av, &c, err, sizeof(err)) == 0 && c.default_mode == DDP_MODE_AUTO &&
+       c.port_lo == 20000 && c.port_hi == 20010, "default=auto port_range=20000-20010");
+    config_refused("default=bogus", "unknown mode");
+    config_refused("port_range=5-1", "port range");
+    config_refused("colour=blue", "unknown argument (valid: default=");
+    return tap_done();
+}

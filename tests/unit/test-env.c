@@ -1,0 +1,63 @@
+/* The runtime's reading of the launch environment contract. */
+#include "ddprt.h"
+#include "tap.h"
+
+/* A fake environment: name=value pairs the test edits. */
+static const char *vars[][2] = {
+    {"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"},
+    {"GROUP_RANK", "1"}, {"GROUP_WORLD_SIZE", "2"}, {"MASTER_ADDR", "n1"},
+    {"MASTER_PORT", "61234"}, {"TORCHELASTIC_RESTART_COUNT", "2"}};
+#define NVARS (sizeof(vars) / sizeof(vars[0]))
+
+static const char *lookup(const char *name)
+{
+    for (size_t i = 0; i < NVARS; i++)
+        if (!strcmp(vars[i][0], name))
+            return vars[i][1];
+    return NULL;
+}
+
+static void set(const char *name, const char *value)
+{
+    for (size_t i = 0; i < NVARS; i++)
+        if (!strcmp(vars[i][0], name))
+            vars[i][1] = value;
+}
+
+static void refused(const char *name, const char *value, const char *why)
+{
+    const char *old = lookup(name);
+    drt_env_t env;
+    drt_error_t err = {{0}};
+
+    set(name, value);
+    ok(drt_env_load(&env, lookup, &err) < 0 && strstr(err.text, why),
+       "%s=%s refused: %s", name, value ? value : "(unset)", err.text);
+    set(name, old);
+}
+
+int main(void)
+{
+    drt_env_t env;
+    drt_error_t err;
+
+    ok(drt_env_load(&env, lookup, &err) == 0 && env.rank == 3 && env.world_size == 4 &&
+       env.local_rank == 1 && env.local_world_size == 2 && env.node_rank == 1 &&
+       env.node_count == 2 && env.master_port == 61234 && !strcmp(env.master_addr, "n1") &&
+       env.restart_count == 2, "a consistent environment loads");
+    set("TORCHELASTIC_RESTART_COUNT", NULL);
+    ok(drt_env_load(&env, lookup, &err) == 0 && env.restart_count == 0,
+       "restart count is optional");
+    refused("RANK", NULL, "RANK is not set");
+    refused("RANK", "4", "not below WORLD_SIZE");
+    refused("RANK", "-1", "not a non-negative integer");
+    refused("RANK", "1x", "not a non-negative integer");
+    refused("LOCAL_RANK", "2", "LOCAL_RANK=2 is not below");
+    refused("GROUP_RANK", "2", "GROUP_RANK=2 is not below");
+    refused("LOCAL_WORLD_SIZE", "5", "exceeds WORLD_SIZE");
+    refused("MASTER_PORT", "0", "not a TCP port");
+    refused("MASTER_PORT", "65536", "not a TCP port");
+    refused("MASTER_ADDR", NULL, "MASTER_ADDR is not set");
+    refused("MASTER_ADDR", "", "MASTER_ADDR is not set");
+    return tap_done();
+}

@@ -1,0 +1,288 @@
+/* ddp-topo: command-line front end of libddptopo. */
+#include "ddptopo.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define USAGE_MAIN \
+    "Usage: ddp-topo COMMAND [OPTIONS]\n" \
+    "\n" \
+    "Commands:\n" \
+    "  hostnames LIST      expand a SLURM hostlist, one name per line\n" \
+    "  hostlist NAMES...   compress host names into a SLURM hostlist\n" \
+    "  layout              rank -> node/local rank table for a task layout\n" \
+    "  port                the MASTER_PORT the plugin derives for a step\n" \
+    "\n" \
+    "Run 'ddp-topo COMMAND --help' for a command's options; see ddp-topo(1).\n"
+
+#define USAGE_HOSTNAMES \
+    "Usage: ddp-topo hostnames LIST\n" \
+    "Expand a SLURM hostlist such as 'gpu[001-004,010],login1' (like\n" \
+    "'scontrol show hostnames'), one host per line.\n"
+
+#define USAGE_HOSTLIST \
+    "Usage: ddp-topo hostlist NAME...\n" \
+    "Compress host names (arguments, or one per line on standard input when\n" \
+    "none are given) into a SLURM hostlist, keeping their order.\n"
+
+#define USAGE_LAYOUT \
+    "Usage: ddp-topo layout --tasks-per-node SPEC [--nodelist LIST]\n" \
+    "                       [--distribution block|cyclic|plane=N]\n" \
+    "Print one line per rank: RANK NODE_RANK HOST LOCAL_RANK LOCAL_WORLD_SIZE,\n" \
+    "as SLURM lays the tasks out. SPEC is SLURM's syntax ('2', '3(x2),2').\n" \
+    "Without --nodelist, hosts are shown as node0, node1, ...\n"
+
+#define USAGE_PORT \
+    "Usage: ddp-topo port --job-id ID [--step-id ID] [--restart-count N]\n" \
+    "                     [--port-range LO-HI] [--resv-ports SPEC]\n" \
+    "Print the MASTER_PORT the plugin sets: the first reserved port when\n" \
+    "--resv-ports is given, else a port derived from job, step and restart\n" \
+    "count within --port-range (default 61000-65535).\n"
+
+static int fail(const char *what, const char *why, const char *todo)
+{
+    fprintf(stderr, "ddp-topo: %s: %s (%s)\n", what, why, todo);
+    return 1;
+}
+
+static int wants_help(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
+            return 1;
+    return 0;
+}
+
+static int cmd_hostnames(int argc, char **argv)
+{
+    char **hosts;
+    size_t n;
+    dt_error_t err;
+
+    if (wants_help(argc, argv))
+        return fputs(USAGE_HOSTNAMES, stdout), 0;
+    if (argc != 2)
+        return fail("hostnames", "expected exactly one hostlist argument",
+                    "see 'ddp-topo hostnames --help'");
+    if (dt_hostlist_expand(argv[1], &hosts, &n, &err) < 0)
+        return fail("hostnames", err.text, "write ranges as prefix[1-4,7], e.g. gpu[001-004]");
+    for (size_t i = 0; i < n; i++)
+        puts(hosts[i]);
+    dt_hostlist_free(hosts, n);
+    return 0;
+}
+
+static int read_names(char ***names, size_t *n)
+{
+    char *line = NULL;
+    size_t cap = 0, len = 0, alloc = 0;
+    ssize_t got;
+
+    *names = NULL;
+    while ((got = getline(&line, &cap, stdin)) >= 0) {
+        char *name = strtok(line, " \t\r\n");
+        for (; name; name = strtok(NULL, " \t\r\n")) {
+            if (len == alloc) {
+                char **nv = realloc(*names, (alloc = alloc ? alloc * 2 : 64) * sizeof(char *));
+                if (!nv)
+                    return free(line), -1;
+                *names = nv;
+            }
+            if (!((*names)[len] = strdup(name)))
+                return free(line), -1;
+            len++;
+        }
+    }
+    free(line);
+    *n = len;
+    return 0;
+}
+
+static int cmd_hostlist(int argc, char **argv)
+{
+    char **names = argv + 1;
+    size_t n = (size_t)argc - 1;
+    char *list;
+    int from_stdin = argc == 1;
+
+    if (wants_help(argc, argv))
+        return fputs(USAGE_HOSTLIST, stdout), 0;
+    if (from_stdin && read_names(&names, &n) < 0)
+        return fail("hostlist", "out of memory reading names", "pass fewer names");
+    if (n == 0)
+        return fail("hostlist", "no host names given", "pass names as arguments or on stdin");
+    list = dt_hostlist_compress(names, n);
+    if (from_stdin) {
+        for (size_t i = 0; i < n; i++)
+            free(names[i]);
+        free(names);
+    }
+    if (!list)
+        return fail("hostlist", "out of memory", "pass fewer names");
+    puts(list);
+    free(list);
+    return 0;
+}
+
+static int print_layout(const dt_layout_t *l, char **hosts)
+{
+    for (uint32_t r = 0; r < l->ntasks; r++) {
+        uint32_t node = l->node_of[r];
+        char name[32];
+
+        if (!hosts)
+            snprintf(name, sizeof(name), "node%u", node);
+        printf("%u %u %s %u %u\n", r, node, hosts ? hosts[node] : name, l->local_of[r],
+               l->tasks_per_node[node]);
+    }
+    return 0;
+}
+
+static int cmd_layout(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"tasks-per-node", required_argument, NULL, 't'},
+        {"nodelist", required_argument, NULL, 'w'},
+        {"distribution", required_argument, NULL, 'm'},
+        {"help", no_argument, NULL, 'h'},
+        {0}};
+    const char *tpn = NULL, *nodelist = NULL, *distspec = NULL;
+    char **hosts = NULL;
+    size_t nhosts = 0;
+    uint32_t *counts, nnodes;
+    dt_dist_t dist;
+    dt_layout_t layout;
+    dt_error_t err;
+    int c, rc;
+
+    while ((c = getopt_long(argc, argv, "t:w:m:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 't': tpn = optarg; break;
+        case 'w': nodelist = optarg; break;
+        case 'm': distspec = optarg; break;
+        case 'h': return fputs(USAGE_LAYOUT, stdout), 0;
+        default: return fail("layout", "unknown option", "see 'ddp-topo layout --help'");
+        }
+    }
+    if (!tpn || optind != argc)
+        return fail("layout", tpn ? "unexpected argument" : "--tasks-per-node is required",
+                    "see 'ddp-topo layout --help'");
+    if (dt_tasks_per_node_parse(tpn, &counts, &nnodes, &err) < 0)
+        return fail("layout", err.text, "use SLURM's syntax, e.g. 3(x2),2");
+    if (dt_dist_parse(distspec, &dist, &err) < 0) {
+        free(counts);
+        return fail("layout", err.text, "pass --distribution block, cyclic or plane=N");
+    }
+    if (nodelist && dt_hostlist_expand(nodelist, &hosts, &nhosts, &err) < 0) {
+        free(counts);
+        return fail("layout", err.text, "write ranges as prefix[1-4,7]");
+    }
+    if (hosts && nhosts != nnodes) {
+        char why[128];
+        snprintf(why, sizeof(why), "--nodelist names %zu hosts but --tasks-per-node %u nodes",
+                 nhosts, nnodes);
+        rc = fail("layout", why, "give one count per host");
+    } else if (dt_layout_build(&layout, counts, nnodes, dist, &err) < 0) {
+        rc = fail("layout", err.text, "check --tasks-per-node");
+    } else {
+        rc = print_layout(&layout, hosts);
+        dt_layout_free(&layout);
+    }
+    free(counts);
+    if (hosts)
+        dt_hostlist_free(hosts, nhosts);
+    return rc;
+}
+
+static int parse_u32_opt(const char *name, const char *s, uint32_t *v)
+{
+    char *end;
+    unsigned long x;
+
+    errno = 0;
+    x = strtoul(s, &end, 10);
+    if (!*s || *end || errno || x > UINT32_MAX || *s == '-') {
+        char why[160];
+        snprintf(why, sizeof(why), "%s '%.60s' is not a non-negative integer", name, s);
+        fail("port", why, "pass a number such as 1234");
+        return -1;
+    }
+    *v = (uint32_t)x;
+    return 0;
+}
+
+static int cmd_port(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"job-id", required_argument, NULL, 'j'},
+        {"step-id", required_argument, NULL, 's'},
+        {"restart-count", required_argument, NULL, 'r'},
+        {"port-range", required_argument, NULL, 'p'},
+        {"resv-ports", required_argument, NULL, 'R'},
+        {"help", no_argument, NULL, 'h'},
+        {0}};
+    uint32_t job = 0, step = 0, restart = 0;
+    uint16_t lo = DT_PORT_RANGE_DEFAULT_LO, hi = DT_PORT_RANGE_DEFAULT_HI, port;
+    const char *resv = NULL;
+    int c, have_job = 0;
+    dt_error_t err;
+
+    while ((c = getopt_long(argc, argv, "j:s:r:p:R:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'j':
+            if (parse_u32_opt("--job-id", optarg, &job) < 0)
+                return 1;
+            have_job = 1;
+            break;
+        case 's':
+            if (parse_u32_opt("--step-id", optarg, &step) < 0)
+                return 1;
+            break;
+        case 'r':
+            if (parse_u32_opt("--restart-count", optarg, &restart) < 0)
+                return 1;
+            break;
+        case 'p':
+            if (dt_port_range_parse(optarg, &lo, &hi, &err) < 0)
+                return fail("port", err.text, "e.g. --port-range 61000-65535");
+            break;
+        case 'R': resv = optarg; break;
+        case 'h': return fputs(USAGE_PORT, stdout), 0;
+        default: return fail("port", "unknown option", "see 'ddp-topo port --help'");
+        }
+    }
+    if (resv) {
+        if (dt_resv_ports_first(resv, &port, &err) < 0)
+            return fail("port", err.text, "pass SLURM_STEP_RESV_PORTS as SLURM sets it");
+    } else if (!have_job || optind != argc) {
+        return fail("port", have_job ? "unexpected argument" : "--job-id is required",
+                    "see 'ddp-topo port --help'");
+    } else {
+        port = dt_master_port(job, step, restart, lo, hi);
+    }
+    printf("%u\n", port);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct {
+        const char *name;
+        int (*run)(int, char **);
+    } cmds[] = {{"hostnames", cmd_hostnames}, {"hostlist", cmd_hostlist},
+                {"layout", cmd_layout}, {"port", cmd_port}};
+
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        fputs(USAGE_MAIN, argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
+        if (!strcmp(argv[1], cmds[i].name))
+            return cmds[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "ddp-topo: unknown command '%s' (run 'ddp-topo --help' for the list)\n",
+            argv[1]);
+    return 2;
+}
