@@ -1,0 +1,76 @@
+# Shared by the integration tests: TAP output and a real local SLURM cluster.
+# Source it, call `cluster_up [cluster args]`, then run srun/sbatch for real.
+
+tap_n=0
+tap_failed=0
+
+ok() { # ok CONDITION-EXIT-STATUS DESCRIPTION
+    local rc=$1; shift
+    tap_n=$((tap_n + 1))
+    if [ "$rc" = 0 ]; then echo "ok $tap_n - $*"
+    else echo "not ok $tap_n - $*"; tap_failed=$((tap_failed + 1)); fi
+}
+
+is() { # is GOT WANT DESCRIPTION
+    local got=$1 want=$2; shift 2
+    [ "$got" = "$want" ]; ok $? "$*"
+    [ "$got" = "$want" ] || { echo "#   got:  '$got'"; echo "#   want: '$want'"; }
+}
+
+contains() { # contains TEXT NEEDLE DESCRIPTION
+    local text=$1 needle=$2; shift 2
+    case $text in *"$needle"*) ok 0 "$*" ;;
+    *) ok 1 "$*"; printf '%s\n' "#   no '$needle' in:" "$text" | sed 's/^/#   /' ;; esac
+}
+
+done_testing() {
+    echo "1..$tap_n"
+    [ "$tap_failed" = 0 ]
+}
+
+# Without root or SLURM the cluster cannot start: CI must fail then; a
+# developer's machine may skip, saying why.
+cluster_unavailable() {
+    if [ "${CI:-}" = true ]; then
+        echo "Bail out! cannot start the test cluster: $*"
+        exit 1
+    fi
+    echo "1..0 # SKIP cannot start the test cluster: $*"
+    exit 0
+}
+
+cluster_up() {
+    [ "$(id -u)" = 0 ] || cluster_unavailable "needs root"
+    command -v slurmctld >/dev/null || cluster_unavailable "slurmctld is not installed"
+    [ -r "$DDP_TOPO_PLUGIN" ] || cluster_unavailable "plugin $DDP_TOPO_PLUGIN not built"
+    # one cluster at a time on this machine: its ports and node names are fixed
+    exec 9>/tmp/ddp-topo-cluster.lock
+    flock 9
+    CLUSTER_DIR=$(mktemp -d /tmp/ddp-topo-test.XXXXXX)
+    trap 'cluster_down' EXIT
+    if ! "$top_srcdir/tests/cluster/cluster" up --dir "$CLUSTER_DIR" "$@" > "$CLUSTER_DIR.up" 2>&1; then
+        sed 's/^/# /' "$CLUSTER_DIR.up"
+        echo "Bail out! the test cluster did not come up"
+        exit 1
+    fi
+    . "$CLUSTER_DIR/env"
+    cd "$CLUSTER_DIR" || exit 1
+}
+
+cluster_down() {
+    cd /
+    "$top_srcdir/tests/cluster/cluster" down --dir "$CLUSTER_DIR" >/dev/null 2>&1
+    rm -rf "$CLUSTER_DIR" "$CLUSTER_DIR.up"
+}
+
+# Rewrite the plugstack.conf line; srun and slurmstepd re-read it per launch.
+plugstack() {
+    echo "$*" > "$CLUSTER_DIR/etc/plugstack.conf"
+}
+
+idle_nodes() {
+    sinfo -h -N -o '%T' | grep -c '^idle$'
+}
+
+# The variables a task reports, one line per task, sorted by SLURM_PROCID.
+ENV_LINE='echo "$SLURM_PROCID $SLURM_NODEID $SLURM_LOCALID | ${RANK-unset} ${NODE_RANK-unset} ${GROUP_RANK-unset} ${LOCAL_RANK-unset} ${LOCAL_WORLD_SIZE-unset} ${WORLD_SIZE-unset} ${GROUP_WORLD_SIZE-unset} ${ROLE_RANK-unset} ${ROLE_WORLD_SIZE-unset} | ${MASTER_ADDR-unset} ${MASTER_PORT-unset} ${OMP_NUM_THREADS-unset} ${TORCHELASTIC_RESTART_COUNT-unset} | $(hostname) $SLURM_JOB_ID $SLURM_STEP_ID"'
