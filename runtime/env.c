@@ -30,7 +30,7 @@ static int get_u32(const char *(*get)(const char *), const char *name, int requi
 
     if (!s || !*s) {
         *v = 0;
-        return required ? fail(err, "%s is not set (launch with srun --ddp-topo, ddp-run or "
+        return required ? fail(err, "%s is not set (launch with srun --ddp-topo or "
                                 "torchrun)", name) : 0;
     }
     errno = 0;

@@ -68,22 +68,12 @@ plugstack() {
     echo "$*" > "$CLUSTER_DIR/etc/plugstack.conf"
 }
 
-# Submit a batch job and wait for it (polling: `sbatch --wait` polls every
-# 2 s and can miss a job SLURM already purged). Returns 0 when it COMPLETED.
+# Submit a batch job and wait for it; 0 when it COMPLETED.
 run_batch() {
-    local id state
+    local id
     id=$(sbatch --parsable "$@") || return 1
-    for _ in $(seq 600); do
-        state=$(scontrol show job -o "$id" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')
-        case $state in
-        COMPLETED) return 0 ;;
-        FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY|PREEMPTED|BOOT_FAIL|DEADLINE)
-            echo "# job $id ended $state"; return 1 ;;
-        esac
-        sleep 0.1
-    done
-    echo "# job $id did not end within 60 s (state ${state:-unknown})"
-    return 1
+    "$top_srcdir/tests/cluster/cluster" wait "$id" --dir "$CLUSTER_DIR" 2>&1 | sed 's/^/# /'
+    return "${PIPESTATUS[0]}"
 }
 
 idle_nodes() {
