@@ -12,7 +12,7 @@ static int tap_n, tap_failed;
 #define is_str(got, want, ...) \
     tap_is_str((got), (want), __FILE__, __LINE__, __VA_ARGS__)
 
-static void tap_vok(int pass, const char *file, int line, const char *fmt, va_list ap)
+__attribute__((unused)) static void tap_vok(int pass, const char *file, int line, const char *fmt, va_list ap)
 {
     printf("%sok %d - ", pass ? "" : "not ", ++tap_n);
     vprintf(fmt, ap);
@@ -23,7 +23,7 @@ static void tap_vok(int pass, const char *file, int line, const char *fmt, va_li
     }
 }
 
-__attribute__((format(printf, 4, 5)))
+__attribute__((format(printf, 4, 5), unused))
 static int tap_ok(int pass, const char *file, int line, const char *fmt, ...)
 {
     va_list ap;
@@ -34,7 +34,7 @@ static int tap_ok(int pass, const char *file, int line, const char *fmt, ...)
     return pass;
 }
 
-__attribute__((format(printf, 5, 6)))
+__attribute__((format(printf, 5, 6), unused))
 static int tap_is_str(const char *got, const char *want, const char *file, int line,
                       const char *fmt, ...)
 {
@@ -49,7 +49,7 @@ static int tap_is_str(const char *got, const char *want, const char *file, int l
     return pass;
 }
 
-static int tap_done(void)
+__attribute__((unused)) static int tap_done(void)
 {
     printf("1..%d\n", tap_n);
     return tap_failed ? 1 : 0;
