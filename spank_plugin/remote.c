@@ -90,6 +90,21 @@ static int get_u32(spank_t sp, spank_item_t item, const char *name, uint32_t *v)
     return rc == ESPANK_SUCCESS ? 0 : -1;
 }
 
+/* SLURM 22.05 reports S_SLURM_RESTART_COUNT as 0 in the srun steps of a
+ * requeued batch job, while SLURM_RESTART_COUNT in the job's environment is
+ * right: take the larger, so a requeued job moves to a new port. */
+static void read_restart_env(spank_t sp)
+{
+    char buf[16], *end;
+    unsigned long v;
+
+    if (spank_getenv(sp, "SLURM_RESTART_COUNT", buf, sizeof(buf)) != ESPANK_SUCCESS)
+        return;
+    v = strtoul(buf, &end, 10);
+    if (end != buf && !*end && v <= UINT32_MAX && v > step.restart)
+        step.restart = (uint32_t)v;
+}
+
 static int read_items(spank_t sp)
 {
     if (get_u32(sp, S_JOB_ID, "the job id", &step.job_id) < 0 ||
@@ -100,6 +115,7 @@ static int read_items(spank_t sp)
         get_u32(sp, S_STEP_CPUS_PER_TASK, "cpus per task", &step.cpus_per_task) < 0 ||
         get_u32(sp, S_SLURM_RESTART_COUNT, "the restart count", &step.restart) < 0)
         return -1;
+    read_restart_env(sp);
     return 0;
 }
 
