@@ -1,5 +1,5 @@
 /* ddp-topo: command-line front end of libddptopo. */
-#include "ddptopo.h"
+#include "cli.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -15,6 +15,8 @@
     "  hostlist NAMES...   compress host names into a SLURM hostlist\n" \
     "  layout              rank -> node/local rank table for a task layout\n" \
     "  port                the MASTER_PORT the plugin derives for a step\n" \
+    "  report              dry run: every rank's GPU, cores, NIC; allreduce cost\n" \
+    "  detect              describe this node's topology, or save it (-o FILE)\n" \
     "\n" \
     "Run 'ddp-topo COMMAND --help' for a command's options; see ddp-topo(1).\n"
 
@@ -42,10 +44,10 @@
     "--resv-ports is given, else a port derived from job, step and restart\n" \
     "count within --port-range (default 61000-65535).\n"
 
-static int fail(const char *what, const char *why, const char *todo)
+int cli_fail(const char *what, const char *why, const char *todo)
 {
     fprintf(stderr, "ddp-topo: %s: %s (%s)\n", what, why, todo);
-    return 1;
+    return -1;
 }
 
 static int wants_help(int argc, char **argv)
@@ -65,10 +67,10 @@ static int cmd_hostnames(int argc, char **argv)
     if (wants_help(argc, argv))
         return fputs(USAGE_HOSTNAMES, stdout), 0;
     if (argc != 2)
-        return fail("hostnames", "expected exactly one hostlist argument",
+        return cli_fail("hostnames", "expected exactly one hostlist argument",
                     "see 'ddp-topo hostnames --help'");
     if (dt_hostlist_expand(argv[1], &hosts, &n, &err) < 0)
-        return fail("hostnames", err.text, "write ranges as prefix[1-4,7], e.g. gpu[001-004]");
+        return cli_fail("hostnames", err.text, "write ranges as prefix[1-4,7], e.g. gpu[001-004]");
     for (size_t i = 0; i < n; i++)
         puts(hosts[i]);
     dt_hostlist_free(hosts, n);
@@ -111,9 +113,9 @@ static int cmd_hostlist(int argc, char **argv)
     if (wants_help(argc, argv))
         return fputs(USAGE_HOSTLIST, stdout), 0;
     if (from_stdin && read_names(&names, &n) < 0)
-        return fail("hostlist", "out of memory reading names", "pass fewer names");
+        return cli_fail("hostlist", "out of memory reading names", "pass fewer names");
     if (n == 0)
-        return fail("hostlist", "no host names given", "pass names as arguments or on stdin");
+        return cli_fail("hostlist", "no host names given", "pass names as arguments or on stdin");
     list = dt_hostlist_compress(names, n);
     if (from_stdin) {
         for (size_t i = 0; i < n; i++)
@@ -121,7 +123,7 @@ static int cmd_hostlist(int argc, char **argv)
         free(names);
     }
     if (!list)
-        return fail("hostlist", "out of memory", "pass fewer names");
+        return cli_fail("hostlist", "out of memory", "pass fewer names");
     puts(list);
     free(list);
     return 0;
@@ -164,29 +166,29 @@ static int cmd_layout(int argc, char **argv)
         case 'w': nodelist = optarg; break;
         case 'm': distspec = optarg; break;
         case 'h': return fputs(USAGE_LAYOUT, stdout), 0;
-        default: return fail("layout", "unknown option", "see 'ddp-topo layout --help'");
+        default: return cli_fail("layout", "unknown option", "see 'ddp-topo layout --help'");
         }
     }
     if (!tpn || optind != argc)
-        return fail("layout", tpn ? "unexpected argument" : "--tasks-per-node is required",
+        return cli_fail("layout", tpn ? "unexpected argument" : "--tasks-per-node is required",
                     "see 'ddp-topo layout --help'");
     if (dt_tasks_per_node_parse(tpn, &counts, &nnodes, &err) < 0)
-        return fail("layout", err.text, "use SLURM's syntax, e.g. 3(x2),2");
+        return cli_fail("layout", err.text, "use SLURM's syntax, e.g. 3(x2),2");
     if (dt_dist_parse(distspec, &dist, &err) < 0) {
         free(counts);
-        return fail("layout", err.text, "pass --distribution block, cyclic or plane=N");
+        return cli_fail("layout", err.text, "pass --distribution block, cyclic or plane=N");
     }
     if (nodelist && dt_hostlist_expand(nodelist, &hosts, &nhosts, &err) < 0) {
         free(counts);
-        return fail("layout", err.text, "write ranges as prefix[1-4,7]");
+        return cli_fail("layout", err.text, "write ranges as prefix[1-4,7]");
     }
     if (hosts && nhosts != nnodes) {
         char why[128];
         snprintf(why, sizeof(why), "--nodelist names %zu hosts but --tasks-per-node %u nodes",
                  nhosts, nnodes);
-        rc = fail("layout", why, "give one count per host");
+        rc = cli_fail("layout", why, "give one count per host");
     } else if (dt_layout_build(&layout, counts, nnodes, dist, &err) < 0) {
-        rc = fail("layout", err.text, "check --tasks-per-node");
+        rc = cli_fail("layout", err.text, "check --tasks-per-node");
     } else {
         rc = print_layout(&layout, hosts);
         dt_layout_free(&layout);
@@ -207,7 +209,7 @@ static int parse_u32_opt(const char *name, const char *s, uint32_t *v)
     if (!*s || *end || errno || x > UINT32_MAX || *s == '-') {
         char why[160];
         snprintf(why, sizeof(why), "%s '%.60s' is not a non-negative integer", name, s);
-        fail("port", why, "pass a number such as 1234");
+        cli_fail("port", why, "pass a number such as 1234");
         return -1;
     }
     *v = (uint32_t)x;
@@ -247,18 +249,18 @@ static int cmd_port(int argc, char **argv)
             break;
         case 'p':
             if (dt_port_range_parse(optarg, &lo, &hi, &err) < 0)
-                return fail("port", err.text, "e.g. --port-range 61000-65535");
+                return cli_fail("port", err.text, "e.g. --port-range 61000-65535");
             break;
         case 'R': resv = optarg; break;
         case 'h': return fputs(USAGE_PORT, stdout), 0;
-        default: return fail("port", "unknown option", "see 'ddp-topo port --help'");
+        default: return cli_fail("port", "unknown option", "see 'ddp-topo port --help'");
         }
     }
     if (resv) {
         if (dt_resv_ports_first(resv, &port, &err) < 0)
-            return fail("port", err.text, "pass SLURM_STEP_RESV_PORTS as SLURM sets it");
+            return cli_fail("port", err.text, "pass SLURM_STEP_RESV_PORTS as SLURM sets it");
     } else if (!have_job || optind != argc) {
-        return fail("port", have_job ? "unexpected argument" : "--job-id is required",
+        return cli_fail("port", have_job ? "unexpected argument" : "--job-id is required",
                     "see 'ddp-topo port --help'");
     } else {
         port = dt_master_port(job, step, restart, lo, hi);
@@ -273,15 +275,18 @@ int main(int argc, char **argv)
         const char *name;
         int (*run)(int, char **);
     } cmds[] = {{"hostnames", cmd_hostnames}, {"hostlist", cmd_hostlist},
-                {"layout", cmd_layout}, {"port", cmd_port}};
+                {"layout", cmd_layout}, {"port", cmd_port},
+                {"report", cmd_report}, {"detect", cmd_detect}};
 
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         fputs(USAGE_MAIN, argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
     for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
-        if (!strcmp(argv[1], cmds[i].name))
-            return cmds[i].run(argc - 1, argv + 1);
+        if (!strcmp(argv[1], cmds[i].name)) {
+            int rc = cmds[i].run(argc - 1, argv + 1);
+            return rc < 0 ? 1 : rc;
+        }
     fprintf(stderr, "ddp-topo: unknown command '%s' (run 'ddp-topo --help' for the list)\n",
             argv[1]);
     return 2;

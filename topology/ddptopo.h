@@ -15,6 +15,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+
+#include <hwloc.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -87,6 +90,192 @@ int dt_resv_ports_first(const char *spec, uint16_t *port, dt_error_t *err);
  * job ids are spread by Fibonacci hashing so nearby jobs land far apart. */
 uint16_t dt_master_port(uint32_t job_id, uint32_t step_id, uint32_t restart_count,
                         uint16_t lo, uint16_t hi);
+
+/* ---- Node model --------------------------------------------------------
+ * One structure for the three sources: live hwloc discovery, an hwloc XML
+ * export (v1 or v2) and an NCCL topology XML (NCCL_TOPO_FILE format).
+ * Indexes between arrays (pci parent, numa, package) are -1 when unknown. */
+
+typedef enum {
+    DT_SOURCE_LIVE,      /* hwloc discovery of this machine */
+    DT_SOURCE_HWLOC_XML, /* lstopo --of xml */
+    DT_SOURCE_NCCL_XML   /* NCCL_TOPO_FILE / NCCL_TOPO_DUMP_FILE */
+} dt_source_t;
+
+/* How close two devices are, closest first (NCCL's PIX/PXB, PHB, ..., SYS). */
+typedef enum {
+    DT_PATH_SWITCH,     /* below one PCIe switch */
+    DT_PATH_HOSTBRIDGE, /* below one host bridge */
+    DT_PATH_NUMA,       /* attached to one NUMA node */
+    DT_PATH_PACKAGE,    /* attached to one CPU package */
+    DT_PATH_SYSTEM      /* across packages */
+} dt_path_t;
+
+typedef struct {
+    char busid[24];    /* "0000:10:1c.0"; host bridges "host:0000:00" */
+    int parent;        /* nearest PCI ancestor, -1 at the top */
+    unsigned vendor, device, class_id; /* class_id is base<<8|subclass */
+    int bridge;        /* 1 switch/downstream port, 2 host bridge, 0 device */
+    int numa, package; /* where the device's CPU locality lies */
+} dt_pci_t;
+
+typedef struct {
+    int index;         /* CUDA/NVML index: PCI bus order among NVIDIA GPUs */
+    int pci;           /* into dt_node_t.pci, -1 if unknown */
+    int nvidia;        /* 0: another vendor's GPU, reported, never bound */
+    char busid[24];
+    char model[96];
+} dt_gpu_t;
+
+typedef enum {
+    DT_NIC_INFINIBAND, DT_NIC_ROCE, DT_NIC_EFA, DT_NIC_OMNIPATH, DT_NIC_ETHERNET
+} dt_nic_kind_t;
+
+typedef enum { DT_PORT_UNKNOWN, DT_PORT_UP, DT_PORT_DOWN } dt_port_state_t;
+
+typedef struct {
+    char name[32];     /* mlx5_0, hfi1_0, rdmap197s0, eth0; "" when the source has none */
+    char netdev[32];   /* its IP interface (ib0, eth0) when known */
+    char busid[24];
+    dt_nic_kind_t kind;
+    int pci;
+    int port;          /* HCA port for NCCL_IB_HCA */
+    dt_port_state_t state;
+    double gbps;       /* link rate, 0 when unknown */
+} dt_nic_t;
+
+typedef struct {
+    unsigned os_index;
+    int package;
+    hwloc_bitmap_t cpuset; /* empty for CPU-less (e.g. GPU memory) nodes */
+} dt_numa_t;
+
+typedef struct {
+    dt_source_t source;
+    char path[512];          /* file it came from, "" when live */
+    unsigned npackages;
+    hwloc_bitmap_t *packages; /* cpusets */
+    unsigned nnuma;
+    dt_numa_t *numa;
+    unsigned ncores;
+    hwloc_bitmap_t *cores;   /* PU sets of each core, in core order */
+    unsigned npci;
+    dt_pci_t *pci;
+    unsigned ngpus;
+    dt_gpu_t *gpus;          /* sorted by index; NVIDIA GPUs first */
+    unsigned nnics;
+    dt_nic_t *nics;
+    /* NVLink GB/s between GPUs (ngpus x ngpus), through NVSwitches included;
+     * NULL when the source says nothing about NVLink. */
+    double *nvlink;
+    int nvswitch;            /* GPUs are joined by NVSwitches */
+} dt_node_t;
+
+/* Load a topology file, hwloc XML (v1/v2) or NCCL XML, told apart by its
+ * root element. */
+int dt_node_load_file(dt_node_t *node, const char *path, dt_error_t *err);
+/* Discover this machine with hwloc, I/O devices included; NVML, when its
+ * library can be dlopen'ed, adds GPU names and NVLink. */
+int dt_node_load_live(dt_node_t *node, dt_error_t *err);
+/* Write the live topology as hwloc XML (for the plugin's per-node cache). */
+int dt_node_export_live(const char *path, dt_error_t *err);
+void dt_node_free(dt_node_t *node);
+
+unsigned dt_node_nvidia_gpus(const dt_node_t *node);
+/* Path class between two PCI devices (indexes into node->pci). */
+dt_path_t dt_node_pci_path(const dt_node_t *node, int a, int b);
+const char *dt_path_name(dt_path_t path);
+const char *dt_nic_kind_name(dt_nic_kind_t kind);
+double dt_node_nvlink(const dt_node_t *node, unsigned gpu_a, unsigned gpu_b);
+
+/* ---- Binding plan of one node ---------------------------------------------- */
+
+enum { DT_BIND_GPU = 1, DT_BIND_CPU = 2, DT_BIND_MEM = 4, DT_BIND_NIC = 8 };
+
+/* "none" or a comma list of gpu, cpu, mem, nic. */
+int dt_bind_parse(const char *spec, unsigned *bind, dt_error_t *err);
+/* Writes "gpu,cpu" etc. into buf. */
+const char *dt_bind_name(unsigned bind, char *buf, size_t len);
+
+typedef struct {
+    unsigned nranks;        /* ranks on this node */
+    const int *gpus;        /* GPU indexes allocated (SLURM_STEP_GPUS), NULL: all */
+    unsigned ngpus;
+    hwloc_const_bitmap_t cpus; /* PUs allocated, NULL: all */
+    int share_gpus;         /* allow more ranks than GPUs */
+} dt_plan_request_t;
+
+typedef struct {
+    int gpu;                /* into node->gpus, -1 for none */
+    int device;             /* this GPU's ordinal in the plan's visible list */
+    hwloc_bitmap_t cpus;    /* PUs given to the rank */
+    unsigned ncores;
+    int numa;               /* memory node: into node->numa, -1 unknown */
+    int nic;                /* into node->nics, -1 for none */
+    dt_path_t nic_path;     /* from the rank's GPU (or cores) to its NIC */
+} dt_rank_plan_t;
+
+typedef struct {
+    unsigned nranks;
+    dt_rank_plan_t *ranks;
+    unsigned nvisible;
+    int *visible;           /* GPU indexes for CUDA_VISIBLE_DEVICES, in order */
+    unsigned nwarnings;
+    char **warnings;
+} dt_node_plan_t;
+
+/* Which GPU, cores, memory node and NIC each local rank of a node gets. */
+int dt_plan_node(const dt_node_t *node, const dt_plan_request_t *req, dt_node_plan_t *plan,
+                 dt_error_t *err);
+void dt_node_plan_free(dt_node_plan_t *plan);
+
+/* Expand a per-node topology path: %n is the SLURM node name, %h the
+ * host name, %% a percent sign. */
+int dt_topology_path(const char *pattern, const char *node, const char *host, char *buf,
+                     size_t len, dt_error_t *err);
+
+/* ---- Allreduce cost model (alpha-beta; formulas in README.md) ---------------- */
+
+typedef struct {
+    double bytes;            /* message: model parameters x dtype size */
+    unsigned nodes, ranks_per_node;
+    int uniform;             /* same ranks on every node */
+    double intra_gbps, intra_us;  /* one intra-node ring link: GB/s, latency */
+    double inter_gbps, inter_us;  /* one node's injection (all its NICs), per-message latency */
+    double flat_us, hier_us; /* predicted times */
+    int hier_wins;
+} dt_cost_t;
+
+/* Fill flat_us, hier_us and hier_wins from the other fields. */
+void dt_cost_allreduce(dt_cost_t *c);
+
+/* ---- The dry-run report --------------------------------------------------- */
+
+typedef struct {
+    const char *nodelist;       /* SLURM hostlist */
+    const char *tasks_per_node; /* SLURM syntax: "8", "3(x2),2" */
+    dt_dist_t dist;
+    const char *topology;       /* NULL or "live", a file, or a pattern with %n/%h */
+    const int *gpus;            /* allocated GPU indexes on every node, NULL: all */
+    unsigned ngpus;
+    unsigned bind;              /* DT_BIND_* */
+    int share_gpus;
+    double model_params;        /* 0: no allreduce prediction */
+    unsigned dtype_bytes;
+    const char *dtype;
+    double intra_gbps, intra_us, inter_gbps, inter_us; /* admin overrides, 0: derive */
+    uint16_t port_lo, port_hi;
+    long job_id, step_id, restart_count; /* -1: unknown before submission */
+    const char *resv_ports;
+} dt_report_opts_t;
+
+typedef enum { DT_FORMAT_TEXT, DT_FORMAT_JSON, DT_FORMAT_DOT } dt_format_t;
+
+typedef struct dt_report dt_report_t;
+
+int dt_report_build(const dt_report_opts_t *opts, dt_report_t **report, dt_error_t *err);
+int dt_report_write(const dt_report_t *report, dt_format_t format, FILE *out);
+void dt_report_free(dt_report_t *report);
 
 #ifdef __cplusplus
 }

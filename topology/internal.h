@@ -8,4 +8,46 @@
 void topo_seterr(dt_error_t *err, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* node.c: shared by the loaders */
+int topo_numa_of(const dt_node_t *node, hwloc_const_bitmap_t locality);
+int topo_package_of(const dt_node_t *node, hwloc_const_bitmap_t locality);
+void topo_number_gpus(dt_node_t *node, int have_index);
+
+/* the loaders */
+int topo_load_hwloc_xml(dt_node_t *node, const char *path, dt_error_t *err);
+int topo_load_nccl_xml(dt_node_t *node, const char *path, dt_error_t *err);
+
+/* report.c and report-write.c: the report, built then written */
+typedef struct {
+    char path[512];  /* "" for live discovery */
+    unsigned ntasks;
+    dt_node_t node;
+    dt_node_plan_t plan;
+    char *nodes;     /* hostlist of the nodes with this plan */
+    unsigned count;
+} kind_t;
+
+struct dt_report {
+    dt_report_opts_t opts;
+    char **hosts;
+    size_t nhosts;
+    uint32_t *counts;
+    dt_layout_t layout;
+    unsigned nkinds;
+    kind_t *kinds;
+    unsigned *kind_of;        /* per node */
+    uint32_t *first_rank;     /* per node + 1: ranks of node i are node_ranks[first..next) */
+    uint32_t *node_ranks;
+    char master_addr[256];
+    char master_port[160];
+    int have_cost;
+    dt_cost_t cost;
+    char intra_why[96], inter_why[96];
+    unsigned nwarnings;
+    char **warnings;
+};
+
+/* GB/s of one NVLink by compute capability (NCCL's effective figures). */
+double topo_nvlink_gbps(int sm);
+
 #endif

@@ -1,0 +1,457 @@
+/* ddp-topo report and ddp-topo detect. */
+#include "cli.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define USAGE_REPORT \
+    "Usage: ddp-topo report [OPTIONS]\n" \
+    "The dry run: what each rank of a job gets (GPU, cores, NUMA node, NIC),\n" \
+    "rails, MASTER_ADDR/PORT, predicted allreduce time and warnings.\n" \
+    "\n" \
+    "Job (else #SBATCH lines of --sbatch, else SLURM's variables inside an allocation):\n" \
+    "  -w, --nodelist LIST        nodes, SLURM hostlist (default node[1-N])\n" \
+    "  -N, --nodes N              number of nodes when no --nodelist\n" \
+    "      --ntasks-per-node N    ranks per node\n" \
+    "      --tasks-per-node SPEC  SLURM syntax, e.g. 3(x2),2\n" \
+    "  -n, --ntasks N             ranks, spread over the nodes as SLURM does\n" \
+    "  -m, --distribution D       block (default), cyclic, plane=N\n" \
+    "      --gpus-per-node N      the first N GPUs of each node are allocated\n" \
+    "      --gpus LIST            allocated GPU indexes, e.g. 0,1,4,5\n" \
+    "      --sbatch FILE          read the job's #SBATCH lines\n" \
+    "Topology and binding:\n" \
+    "      --topology SRC         live (default), FILE, or PATTERN with %%n / %%h\n" \
+    "      --bind LIST            none, or gpu,cpu,mem,nic (default gpu,cpu)\n" \
+    "      --share                allow more ranks than GPUs\n" \
+    "Allreduce prediction:\n" \
+    "      --model-params N       parameters (7e9, 7B, 350M)\n" \
+    "      --dtype T              bf16 (default), fp16, fp32\n" \
+    "      --intra-bw GBPS  --intra-lat US  --inter-bw GBPS  --inter-lat US\n" \
+    "                             override the model's per-level numbers\n" \
+    "Port: --job-id ID --step-id ID --restart-count N --port-range LO-HI --resv-ports SPEC\n" \
+    "Output: --format text|json|dot (default text)\n"
+
+#define USAGE_DETECT \
+    "Usage: ddp-topo detect [-o FILE] [--topology FILE]\n" \
+    "Without -o: describe this node's topology (or FILE's): packages, NUMA\n" \
+    "nodes, GPUs, NICs, NVLink. With -o FILE: write this node's topology as\n" \
+    "hwloc XML, for the plugin's per-node cache (plugstack topology=PATTERN).\n"
+
+typedef struct {
+    dt_report_opts_t o;
+    char tpn[64];
+    const char *nodelist;
+    char nodes_buf[64];
+    long nodes, ntasks, ntasks_per_node, gpus_per_node;
+    const char *tasks_per_node, *dist, *gpus, *format;
+    int gpu_list[1024];
+} report_args_t;
+
+static double parse_count(const char *s, int *ok)
+{
+    char *end;
+    double v;
+
+    errno = 0;
+    v = strtod(s, &end);
+    if (*end == 'K' || *end == 'k')
+        v *= 1e3, end++;
+    else if (*end == 'M')
+        v *= 1e6, end++;
+    else if (*end == 'B' || *end == 'G')
+        v *= 1e9, end++;
+    else if (*end == 'T')
+        v *= 1e12, end++;
+    *ok = end != s && !*end && !errno && v >= 0;
+    return v;
+}
+
+static int number(const char *opt, const char *s, long *v)
+{
+    char *end;
+
+    errno = 0;
+    *v = strtol(s, &end, 10);
+    if (end == s || *end || errno || *v < 0) {
+        char why[160];
+        snprintf(why, sizeof(why), "%s '%.60s' is not a non-negative integer", opt, s);
+        return cli_fail("report", why, "pass a number");
+    }
+    return 0;
+}
+
+static int real(const char *opt, const char *s, double *v)
+{
+    int ok;
+
+    *v = parse_count(s, &ok);
+    if (ok)
+        return 0;
+    char why[160];
+    snprintf(why, sizeof(why), "%s '%.60s' is not a non-negative number", opt, s);
+    return cli_fail("report", why, "pass a number such as 7e9, 7B or 12.5");
+}
+
+static int gpu_list(report_args_t *a, const char *s)
+{
+    const char *p = s;
+
+    a->o.ngpus = 0;
+    while (*p) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 0 || (*end && *end != ',') || a->o.ngpus == 1024) {
+            char why[160];
+            snprintf(why, sizeof(why), "--gpus '%.60s' is not a list of GPU indexes", s);
+            return cli_fail("report", why, "e.g. --gpus 0,1,4,5");
+        }
+        a->gpu_list[a->o.ngpus++] = (int)v;
+        p = *end ? end + 1 : end;
+    }
+    a->o.gpus = a->gpu_list;
+    return 0;
+}
+
+static int dtype(report_args_t *a, const char *s)
+{
+    static const struct { const char *name; unsigned bytes; } types[] = {
+        {"bf16", 2}, {"fp16", 2}, {"fp32", 4}};
+
+    for (size_t i = 0; i < 3; i++)
+        if (!strcmp(s, types[i].name)) {
+            a->o.dtype = types[i].name;
+            a->o.dtype_bytes = types[i].bytes;
+            return 0;
+        }
+    char why[96];
+    snprintf(why, sizeof(why), "--dtype '%.40s' is not one of bf16, fp16, fp32", s);
+    return cli_fail("report", why, "pass --dtype bf16, fp16 or fp32");
+}
+
+/* One option, from the command line or an #SBATCH line. Returns 1 when
+ * `name` is not a report option (ignored in job scripts). */
+static int apply(report_args_t *a, const char *name, const char *val)
+{
+    dt_error_t err;
+    long v;
+
+#define IS(s) (!strcmp(name, s))
+    if (IS("nodelist") || IS("w"))
+        a->nodelist = val;
+    else if (IS("nodes") || IS("N"))
+        return number("--nodes", val, &a->nodes);
+    else if (IS("ntasks") || IS("n"))
+        return number("--ntasks", val, &a->ntasks);
+    else if (IS("ntasks-per-node"))
+        return number("--ntasks-per-node", val, &a->ntasks_per_node);
+    else if (IS("tasks-per-node"))
+        a->tasks_per_node = val;
+    else if (IS("distribution") || IS("m"))
+        a->dist = val;
+    else if (IS("gpus-per-node"))
+        return number("--gpus-per-node", strchr(val, ':') ? strrchr(val, ':') + 1 : val,
+                      &a->gpus_per_node);
+    else if (IS("gpus"))
+        return gpu_list(a, val);
+    else if (IS("topology"))
+        a->o.topology = val;
+    else if (IS("bind") || IS("ddp-topo-bind")) {
+        if (dt_bind_parse(val, &a->o.bind, &err) < 0)
+            return cli_fail("report", err.text, "e.g. --bind gpu,cpu,nic");
+    } else if (IS("model-params"))
+        return real("--model-params", val, &a->o.model_params);
+    else if (IS("dtype"))
+        return dtype(a, val);
+    else if (IS("intra-bw"))
+        return real("--intra-bw", val, &a->o.intra_gbps);
+    else if (IS("intra-lat"))
+        return real("--intra-lat", val, &a->o.intra_us);
+    else if (IS("inter-bw"))
+        return real("--inter-bw", val, &a->o.inter_gbps);
+    else if (IS("inter-lat"))
+        return real("--inter-lat", val, &a->o.inter_us);
+    else if (IS("job-id") || IS("step-id") || IS("restart-count")) {
+        if (number(name, val, &v) < 0)
+            return -1;
+        *(IS("job-id") ? &a->o.job_id : IS("step-id") ? &a->o.step_id : &a->o.restart_count) = v;
+    } else if (IS("port-range")) {
+        if (dt_port_range_parse(val, &a->o.port_lo, &a->o.port_hi, &err) < 0)
+            return cli_fail("report", err.text, "e.g. --port-range 61000-65535");
+    } else if (IS("resv-ports"))
+        a->o.resv_ports = val;
+    else if (IS("format"))
+        a->format = val;
+    else if (IS("ddp-topo"))
+        a->o.share_gpus = val && strstr(val, "share") != NULL;
+    else
+        return 1;
+#undef IS
+    return 0;
+}
+
+/* Tokens of an #SBATCH line: --opt=value, --opt value, -N 2, -N2. */
+static int apply_sbatch_line(report_args_t *a, char *line)
+{
+    char *tok[64];
+    int n = 0;
+
+    for (char *t = strtok(line, " \t\r\n"); t && n < 64; t = strtok(NULL, " \t\r\n"))
+        tok[n++] = t;
+    for (int i = 0; i < n; i++) {
+        char *name = tok[i], *val = NULL, *eq;
+        if (name[0] != '-')
+            continue;
+        name += name[1] == '-' ? 2 : 1;
+        if ((eq = strchr(name, '='))) {
+            *eq = '\0';
+            val = eq + 1;
+        } else if (tok[i][1] != '-' && name[1]) { /* -N2 */
+            static char shortopt[2];
+            val = name + 1;
+            shortopt[0] = name[0];
+            name = shortopt;
+        } else if (i + 1 < n && tok[i + 1][0] != '-') {
+            val = tok[++i];
+        }
+        if (!strcmp(name, "share"))
+            a->o.share_gpus = 1;
+        else if (val && apply(a, name, val) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* As sbatch: #SBATCH lines until the first command. */
+static int read_sbatch(report_args_t *a, const char *path, char **keep)
+{
+    FILE *f = fopen(path, "r");
+    char line[1024];
+    size_t nkeep = 0;
+
+    if (!f) {
+        char why[400];
+        snprintf(why, sizeof(why), "cannot read job script '%.300s': %s", path, strerror(errno));
+        return cli_fail("report", why, "check the --sbatch path");
+    }
+    while (fgets(line, sizeof(line), f)) {
+        char *s = line + strspn(line, " \t");
+        if (!strncmp(s, "#SBATCH", 7) && nkeep < 64) {
+            /* values point into the line: keep it for the report's lifetime */
+            if (!(keep[nkeep] = strdup(s + 7)) || apply_sbatch_line(a, keep[nkeep++]) < 0) {
+                fclose(f);
+                return -1;
+            }
+        } else if (*s != '#' && *s != '\n' && *s) {
+            break;
+        }
+    }
+    fclose(f);
+    return 0;
+}
+
+/* Inside an allocation: the step's (or job's) own layout. */
+static void from_slurm_env(report_args_t *a)
+{
+    const char *v;
+
+    if ((v = getenv("SLURM_STEP_NODELIST")) || (v = getenv("SLURM_JOB_NODELIST")))
+        a->nodelist = v;
+    if ((v = getenv("SLURM_STEP_TASKS_PER_NODE")) || (v = getenv("SLURM_TASKS_PER_NODE")))
+        a->tasks_per_node = v;
+    if ((v = getenv("SLURM_JOB_ID")))
+        a->o.job_id = strtol(v, NULL, 10);
+    if ((v = getenv("SLURM_DISTRIBUTION")))
+        a->dist = v;
+}
+
+/* Turn the counts given into a node list and a tasks-per-node spec. */
+static int resolve_layout(report_args_t *a)
+{
+    dt_error_t err;
+
+    if (!a->nodelist) {
+        long n = a->nodes > 0 ? a->nodes : 1;
+        snprintf(a->nodes_buf, sizeof(a->nodes_buf), n > 1 ? "node[1-%ld]" : "node1", n);
+        a->nodelist = a->nodes_buf;
+    }
+    if (a->ntasks_per_node > 0) {
+        snprintf(a->tpn, sizeof(a->tpn), "%ld", a->ntasks_per_node);
+        a->tasks_per_node = a->tpn;
+    } else if (!a->tasks_per_node && a->ntasks > 0) {
+        char **h;
+        size_t n;
+        if (dt_hostlist_expand(a->nodelist, &h, &n, &err) < 0)
+            return cli_fail("report", err.text, "write ranges as prefix[1-4,7]");
+        dt_hostlist_free(h, n);
+        long per = a->ntasks / (long)n, extra = a->ntasks % (long)n;
+        if (per == 0)
+            return cli_fail("report", "fewer tasks than nodes", "pass --ntasks >= --nodes");
+        if (extra)
+            snprintf(a->tpn, sizeof(a->tpn), "%ld(x%ld),%ld(x%ld)", per + 1, extra, per,
+                     (long)n - extra);
+        else
+            snprintf(a->tpn, sizeof(a->tpn), "%ld", per);
+        a->tasks_per_node = a->tpn;
+    }
+    if (!a->tasks_per_node)
+        return cli_fail("report", "no task layout given",
+                        "pass --ntasks-per-node N, --tasks-per-node SPEC, --ntasks N or --sbatch FILE");
+    a->o.nodelist = a->nodelist;
+    a->o.tasks_per_node = a->tasks_per_node;
+    if (dt_dist_parse(a->dist, &a->o.dist, &err) < 0)
+        return cli_fail("report", err.text, "pass --distribution block, cyclic or plane=N");
+    if (a->gpus_per_node > 0 && !a->o.gpus) {
+        for (long i = 0; i < a->gpus_per_node && i < 1024; i++)
+            a->gpu_list[i] = (int)i;
+        a->o.gpus = a->gpu_list;
+        a->o.ngpus = (unsigned)(a->gpus_per_node < 1024 ? a->gpus_per_node : 1024);
+    }
+    return 0;
+}
+
+static int parse_report_args(report_args_t *a, int argc, char **argv, char **keep)
+{
+    static const struct option opts[] = {
+        {"nodelist", 1, 0, 'w'}, {"nodes", 1, 0, 'N'}, {"ntasks", 1, 0, 'n'},
+        {"ntasks-per-node", 1, 0, 0}, {"tasks-per-node", 1, 0, 0}, {"distribution", 1, 0, 'm'},
+        {"gpus-per-node", 1, 0, 0}, {"gpus", 1, 0, 0}, {"sbatch", 1, 0, 0}, {"topology", 1, 0, 0},
+        {"bind", 1, 0, 0}, {"share", 0, 0, 0}, {"model-params", 1, 0, 0}, {"dtype", 1, 0, 0},
+        {"intra-bw", 1, 0, 0}, {"intra-lat", 1, 0, 0}, {"inter-bw", 1, 0, 0},
+        {"inter-lat", 1, 0, 0}, {"job-id", 1, 0, 0}, {"step-id", 1, 0, 0},
+        {"restart-count", 1, 0, 0}, {"port-range", 1, 0, 0}, {"resv-ports", 1, 0, 0},
+        {"format", 1, 0, 0}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+    int c, idx;
+
+    /* the job script first, so the command line overrides it */
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--sbatch") && read_sbatch(a, argv[i + 1], keep) < 0)
+            return -1;
+    while ((c = getopt_long(argc, argv, "w:N:n:m:h", opts, &idx)) != -1) {
+        char name[2] = {(char)c, 0};
+        if (c == 'h') {
+            printf(USAGE_REPORT);
+            return 2;
+        }
+        if (c == '?')
+            return cli_fail("report", "unknown option", "see 'ddp-topo report --help'");
+        if (c == 0 && !strcmp(opts[idx].name, "sbatch"))
+            continue;
+        if (c == 0 && !strcmp(opts[idx].name, "share")) {
+            a->o.share_gpus = 1;
+            continue;
+        }
+        if (apply(a, c == 0 ? opts[idx].name : name, optarg) < 0)
+            return -1;
+    }
+    if (optind != argc)
+        return cli_fail("report", "unexpected argument", "see 'ddp-topo report --help'");
+    return 0;
+}
+
+int cmd_report(int argc, char **argv)
+{
+    report_args_t a = {.o = {.bind = DT_BIND_GPU | DT_BIND_CPU, .dtype = "bf16", .dtype_bytes = 2,
+                             .port_lo = DT_PORT_RANGE_DEFAULT_LO, .port_hi = DT_PORT_RANGE_DEFAULT_HI,
+                             .job_id = -1, .step_id = -1, .restart_count = -1}};
+    char *keep[64] = {0};
+    dt_report_t *report;
+    dt_error_t err;
+    dt_format_t fmt = DT_FORMAT_TEXT;
+    int rc;
+
+    from_slurm_env(&a);
+    rc = parse_report_args(&a, argc, argv, keep);
+    if (rc == 0)
+        rc = resolve_layout(&a);
+    if (rc == 0 && a.format) {
+        if (!strcmp(a.format, "json"))
+            fmt = DT_FORMAT_JSON;
+        else if (!strcmp(a.format, "dot"))
+            fmt = DT_FORMAT_DOT;
+        else if (strcmp(a.format, "text"))
+            rc = cli_fail("report", "--format must be text, json or dot", "e.g. --format json");
+    }
+    if (rc == 0 && dt_report_build(&a.o, &report, &err) < 0)
+        rc = cli_fail("report", err.text, "check the node list, task layout and topology");
+    if (rc == 0) {
+        rc = dt_report_write(report, fmt, stdout) < 0 || fflush(stdout) ? -1 : 0;
+        dt_report_free(report);
+    }
+    for (int i = 0; i < 64; i++)
+        free(keep[i]);
+    return rc == 2 ? 0 : rc;
+}
+
+static void describe(const dt_node_t *node)
+{
+    char cpus[256];
+
+    printf("topology: %s (%s)\n", node->path[0] ? node->path : "this machine",
+           node->source == DT_SOURCE_LIVE ? "live hwloc"
+           : node->source == DT_SOURCE_HWLOC_XML ? "hwloc XML" : "NCCL XML");
+    printf("packages: %u, cores: %u\n", node->npackages, node->ncores);
+    for (unsigned i = 0; i < node->nnuma; i++) {
+        hwloc_bitmap_list_snprintf(cpus, sizeof(cpus), node->numa[i].cpuset);
+        printf("NUMA %u: package %d, cpus %s\n", node->numa[i].os_index, node->numa[i].package,
+               cpus[0] ? cpus : "none (memory only)");
+    }
+    printf("GPUs: %u (%u NVIDIA)\n", node->ngpus, dt_node_nvidia_gpus(node));
+    for (unsigned i = 0; i < node->ngpus; i++) {
+        const dt_gpu_t *g = &node->gpus[i];
+        int numa = g->pci >= 0 ? node->pci[g->pci].numa : -1;
+        printf("  GPU %d %s %s NUMA %d%s\n", g->index, g->busid, g->model,
+               numa >= 0 ? (int)node->numa[numa].os_index : -1, g->nvidia ? "" : " (not bound)");
+    }
+    printf("NICs: %u\n", node->nnics);
+    for (unsigned i = 0; i < node->nnics; i++) {
+        const dt_nic_t *n = &node->nics[i];
+        printf("  %s %s %s port %d %s%s\n", n->name[0] ? n->name : "(unnamed)",
+               dt_nic_kind_name(n->kind), n->busid, n->port,
+               n->state == DT_PORT_UP ? "up" : n->state == DT_PORT_DOWN ? "down" : "state unknown",
+               n->netdev[0] ? "" : "");
+    }
+    printf("NVLink: %s\n", !node->nvlink ? "no information in the source"
+                           : node->nvswitch ? "GPUs joined by NVSwitches" : "GPU to GPU links");
+    for (unsigned a = 0; node->nvlink && a < node->ngpus; a++)
+        for (unsigned b = a + 1; b < node->ngpus; b++)
+            if (dt_node_nvlink(node, a, b) > 0)
+                printf("  GPU %d - GPU %d: %.0f GB/s\n", node->gpus[a].index,
+                       node->gpus[b].index, dt_node_nvlink(node, a, b));
+}
+
+int cmd_detect(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"output", 1, 0, 'o'}, {"topology", 1, 0, 't'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+    const char *out = NULL, *file = NULL;
+    dt_node_t node;
+    dt_error_t err;
+    int c, rc;
+
+    while ((c = getopt_long(argc, argv, "o:t:h", opts, NULL)) != -1) {
+        if (c == 'h')
+            return fputs(USAGE_DETECT, stdout), 0;
+        if (c == 'o')
+            out = optarg;
+        else if (c == 't')
+            file = optarg;
+        else
+            return cli_fail("detect", "unknown option", "see 'ddp-topo detect --help'");
+    }
+    if (optind != argc || (out && file))
+        return cli_fail("detect", optind != argc ? "unexpected argument"
+                        : "-o writes the live topology; it cannot be combined with --topology",
+                        "see 'ddp-topo detect --help'");
+    if (out)
+        return dt_node_export_live(out, &err) < 0
+               ? cli_fail("detect", err.text, "check that the directory is writable") : 0;
+    rc = file ? dt_node_load_file(&node, file, &err) : dt_node_load_live(&node, &err);
+    if (rc < 0)
+        return cli_fail("detect", err.text, "pass an hwloc or NCCL topology XML file");
+    describe(&node);
+    dt_node_free(&node);
+    return 0;
+}

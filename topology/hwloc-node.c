@@ -1,0 +1,403 @@
+/* Node model from hwloc: live discovery or an hwloc XML export (v1 or v2;
+ * hwloc 2 imports both). */
+#include "ddptopo.h"
+#include "internal.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PCI_VENDOR_NVIDIA 0x10de
+#define PCI_VENDOR_AMAZON 0x1d0f
+
+/* userdata of a PCI object: its index in node->pci, plus one */
+static int pci_index(hwloc_obj_t obj)
+{
+    return obj && obj->userdata ? (int)(intptr_t)obj->userdata - 1 : -1;
+}
+
+static int fill_sets(hwloc_topology_t topo, hwloc_obj_type_t type, hwloc_bitmap_t **sets,
+                     unsigned *n)
+{
+    int count = hwloc_get_nbobjs_by_type(topo, type);
+
+    *n = 0;
+    if (count <= 0)
+        return 0;
+    if (!(*sets = calloc((size_t)count, sizeof(hwloc_bitmap_t))))
+        return -1;
+    for (int i = 0; i < count; i++) {
+        hwloc_obj_t o = hwloc_get_obj_by_type(topo, type, (unsigned)i);
+        if (!((*sets)[i] = hwloc_bitmap_dup(o->cpuset)))
+            return -1;
+        (*n)++;
+    }
+    return 0;
+}
+
+static int fill_cpu_side(dt_node_t *node, hwloc_topology_t topo)
+{
+    int nnuma = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE);
+
+    if (fill_sets(topo, HWLOC_OBJ_PACKAGE, &node->packages, &node->npackages) < 0 ||
+        fill_sets(topo, HWLOC_OBJ_CORE, &node->cores, &node->ncores) < 0)
+        return -1;
+    if (node->npackages == 0 && fill_sets(topo, HWLOC_OBJ_MACHINE, &node->packages,
+                                          &node->npackages) < 0)
+        return -1;
+    if (node->ncores == 0 && fill_sets(topo, HWLOC_OBJ_PU, &node->cores, &node->ncores) < 0)
+        return -1;
+    if (nnuma > 0 && !(node->numa = calloc((size_t)nnuma, sizeof(dt_numa_t))))
+        return -1;
+    for (int i = 0; i < nnuma; i++) {
+        hwloc_obj_t o = hwloc_get_obj_by_type(topo, HWLOC_OBJ_NUMANODE, (unsigned)i);
+        dt_numa_t *n = &node->numa[node->nnuma];
+        if (!(n->cpuset = hwloc_bitmap_dup(o->cpuset)))
+            return -1;
+        n->os_index = o->os_index;
+        node->nnuma++;
+        n->package = topo_package_of(node, n->cpuset);
+    }
+    return 0;
+}
+
+static void pci_ids(hwloc_obj_t obj, dt_pci_t *p)
+{
+    const struct hwloc_pcidev_attr_s *a = NULL;
+
+    if (obj->type == HWLOC_OBJ_PCI_DEVICE)
+        a = &obj->attr->pcidev;
+    else if (obj->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_PCI)
+        a = &obj->attr->bridge.upstream.pci;
+    if (a) {
+        snprintf(p->busid, sizeof(p->busid), "%04x:%02x:%02x.%x", a->domain, a->bus, a->dev,
+                 a->func);
+        p->vendor = a->vendor_id;
+        p->device = a->device_id;
+        p->class_id = a->class_id;
+    } else {
+        snprintf(p->busid, sizeof(p->busid), "host:%04x:%02x",
+                 obj->attr->bridge.downstream.pci.domain,
+                 obj->attr->bridge.downstream.pci.secondary_bus);
+    }
+}
+
+/* Number the PCI tree depth-first, parents before children. */
+static int add_pci(dt_node_t *node, hwloc_topology_t topo, hwloc_obj_t obj, int parent,
+                   unsigned *cap)
+{
+    dt_pci_t *p;
+    hwloc_obj_t anc;
+
+    if (node->npci == *cap) {
+        dt_pci_t *np = realloc(node->pci, (*cap = *cap ? *cap * 2 : 64) * sizeof(*np));
+        if (!np)
+            return -1;
+        node->pci = np;
+    }
+    p = memset(&node->pci[node->npci], 0, sizeof(*p));
+    pci_ids(obj, p);
+    p->parent = parent;
+    p->bridge = obj->type == HWLOC_OBJ_PCI_DEVICE ? 0
+              : obj->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_HOST ? 2 : 1;
+    anc = hwloc_get_non_io_ancestor_obj(topo, obj);
+    p->numa = topo_numa_of(node, anc ? anc->cpuset : NULL);
+    p->package = topo_package_of(node, anc ? anc->cpuset : NULL);
+    obj->userdata = (void *)(intptr_t)(++node->npci);
+    return 0;
+}
+
+static int walk_io(dt_node_t *node, hwloc_topology_t topo, hwloc_obj_t obj, int parent,
+                   unsigned *cap)
+{
+    for (hwloc_obj_t c = obj->first_child; c; c = c->next_sibling)
+        if (walk_io(node, topo, c, parent, cap) < 0)
+            return -1;
+    for (hwloc_obj_t c = obj->io_first_child; c; c = c->next_sibling) {
+        int me = parent;
+        if (c->type == HWLOC_OBJ_BRIDGE || c->type == HWLOC_OBJ_PCI_DEVICE) {
+            if (add_pci(node, topo, c, parent, cap) < 0)
+                return -1;
+            me = (int)node->npci - 1;
+        }
+        if (walk_io(node, topo, c, me, cap) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int is_gpu_class(unsigned vendor, unsigned class_id, int *nvidia)
+{
+    *nvidia = vendor == PCI_VENDOR_NVIDIA && (class_id == 0x0300 || class_id == 0x0302);
+    if (*nvidia)
+        return 1;
+    /* Other vendors' compute GPUs are 3D or display controllers (AMD
+     * Instinct: 0x0380); their VGA functions are BMC or server display
+     * chips (Matrox, ASPEED, ATI ES1000). */
+    return class_id == 0x0302 || class_id == 0x0380;
+}
+
+/* cuda3 / nvml3 give the index NVML and SLURM use. */
+static int osdev_gpu_index(hwloc_obj_t pcidev, const char **model)
+{
+    int idx = -1;
+
+    for (hwloc_obj_t c = pcidev->io_first_child; c; c = c->next_sibling) {
+        int v;
+        const char *m;
+        if (c->type != HWLOC_OBJ_OS_DEVICE || !c->name)
+            continue;
+        if ((sscanf(c->name, "cuda%d", &v) == 1 || sscanf(c->name, "nvml%d", &v) == 1) && idx < 0)
+            idx = v;
+        if ((m = hwloc_obj_get_info_by_name(c, "GPUModel")) && !*model)
+            *model = m;
+    }
+    return idx;
+}
+
+static int add_gpus(dt_node_t *node, hwloc_topology_t topo)
+{
+    int all_indexed = 1;
+    hwloc_obj_t o = NULL;
+
+    if (!(node->gpus = calloc(node->npci ? node->npci : 1, sizeof(dt_gpu_t))))
+        return -1;
+    while ((o = hwloc_get_next_pcidev(topo, o))) {
+        int nvidia, idx = pci_index(o);
+        const char *model = NULL;
+        dt_gpu_t *g;
+        if (idx < 0 || !is_gpu_class(o->attr->pcidev.vendor_id, o->attr->pcidev.class_id, &nvidia))
+            continue;
+        g = &node->gpus[node->ngpus++];
+        g->pci = idx;
+        g->nvidia = nvidia;
+        memcpy(g->busid, node->pci[idx].busid, sizeof(g->busid));
+        g->index = osdev_gpu_index(o, &model);
+        if (!model)
+            model = hwloc_obj_get_info_by_name(o, "PCIDevice");
+        if (model)
+            snprintf(g->model, sizeof(g->model), "%s", model);
+        else
+            snprintf(g->model, sizeof(g->model), "[%04x:%04x]", o->attr->pcidev.vendor_id,
+                     o->attr->pcidev.device_id);
+        if (nvidia && g->index < 0)
+            all_indexed = 0;
+    }
+    topo_number_gpus(node, all_indexed);
+    return 0;
+}
+
+static void classify_nic(dt_nic_t *nic, hwloc_obj_t os, const dt_pci_t *pci)
+{
+    const char *ll = hwloc_obj_get_info_by_name(os, "Port1LinkLayer");
+    const char *st = hwloc_obj_get_info_by_name(os, "Port1State");
+
+    if (!strncmp(nic->name, "hfi", 3) || pci->class_id == 0x0208)
+        nic->kind = DT_NIC_OMNIPATH;
+    else if (pci->vendor == PCI_VENDOR_AMAZON || !strncmp(nic->name, "rdmap", 5) ||
+             !strncmp(nic->name, "efa", 3))
+        nic->kind = DT_NIC_EFA;
+    else if (ll && !strcmp(ll, "Ethernet"))
+        nic->kind = DT_NIC_ROCE;
+    else
+        nic->kind = DT_NIC_INFINIBAND;
+    /* IB port states: 4 is ACTIVE; 1 DOWN, 2 INIT, 3 ARMED */
+    if (st)
+        nic->state = atoi(st) == 4 ? DT_PORT_UP : DT_PORT_DOWN;
+}
+
+static dt_nic_t *nic_for_pci(dt_node_t *node, int pci, unsigned *cap)
+{
+    for (unsigned i = 0; i < node->nnics; i++)
+        if (node->nics[i].pci == pci)
+            return &node->nics[i];
+    if (node->nnics == *cap) {
+        dt_nic_t *nn = realloc(node->nics, (*cap = *cap ? *cap * 2 : 8) * sizeof(*nn));
+        if (!nn)
+            return NULL;
+        node->nics = nn;
+    }
+    dt_nic_t *n = memset(&node->nics[node->nnics++], 0, sizeof(dt_nic_t));
+    n->pci = pci;
+    n->port = 1;
+    n->kind = DT_NIC_ETHERNET;
+    memcpy(n->busid, node->pci[pci].busid, sizeof(n->busid));
+    return n;
+}
+
+static int add_nics(dt_node_t *node, hwloc_topology_t topo)
+{
+    unsigned cap = 0;
+    hwloc_obj_t o = NULL;
+
+    while ((o = hwloc_get_next_osdev(topo, o))) {
+        int pci = pci_index(o->parent);
+        hwloc_obj_osdev_type_t t = o->attr->osdev.type;
+        dt_nic_t *nic;
+        if (pci < 0 || !o->name || (t != HWLOC_OBJ_OSDEV_OPENFABRICS && t != HWLOC_OBJ_OSDEV_NETWORK))
+            continue;
+        if (!(nic = nic_for_pci(node, pci, &cap)))
+            return -1;
+        if (t == HWLOC_OBJ_OSDEV_NETWORK) {
+            snprintf(nic->netdev, sizeof(nic->netdev), "%s", o->name);
+            if (!nic->name[0])
+                snprintf(nic->name, sizeof(nic->name), "%s", o->name);
+        } else {
+            snprintf(nic->name, sizeof(nic->name), "%s", o->name);
+            classify_nic(nic, o, &node->pci[pci]);
+        }
+    }
+    return 0;
+}
+
+/* Position of a distances object in node->gpus, or -2 for an NVSwitch. */
+static int nvlink_endpoint(const dt_node_t *node, hwloc_obj_t obj)
+{
+    hwloc_obj_t pcidev = obj->type == HWLOC_OBJ_OS_DEVICE ? obj->parent : obj;
+    int idx = pci_index(pcidev);
+
+    if (idx < 0)
+        return -1;
+    for (unsigned i = 0; i < node->ngpus; i++)
+        if (node->gpus[i].pci == idx)
+            return (int)i;
+    if (node->pci[idx].vendor == PCI_VENDOR_NVIDIA && node->pci[idx].class_id == 0x0680)
+        return -2;
+    return -1;
+}
+
+/* hwloc's NVLinkBandwidth (MB/s) may mix GPUs with NVSwitches and CPU
+ * packages. GPUs that reach NVSwitches talk to each other through them at
+ * the lower of their switch bandwidths: a DGX-2's matrix shows two baseboard
+ * islands, but its switch trunks join all 16 GPUs. */
+static int add_nvlink(dt_node_t *node, hwloc_topology_t topo)
+{
+    unsigned nr = 1, n = node->ngpus;
+    struct hwloc_distances_s *d;
+    double *sw;
+
+    if (n == 0 || hwloc_distances_get_by_name(topo, "NVLinkBandwidth", &nr, &d, 0) < 0 || nr == 0)
+        return 0;
+    node->nvlink = calloc((size_t)n * n, sizeof(double));
+    sw = calloc(n, sizeof(double));
+    if (!node->nvlink || !sw) {
+        free(sw);
+        hwloc_distances_release(topo, d);
+        return -1;
+    }
+    for (unsigned i = 0; i < d->nbobjs; i++) {
+        int a = nvlink_endpoint(node, d->objs[i]);
+        for (unsigned j = 0; a >= 0 && j < d->nbobjs; j++) {
+            int b = nvlink_endpoint(node, d->objs[j]);
+            double gbps = (double)d->values[i * d->nbobjs + j] / 1000.0;
+            if (b >= 0 && a != b)
+                node->nvlink[a * n + (unsigned)b] += gbps;
+            else if (b == -2)
+                sw[a] += gbps;
+        }
+    }
+    for (unsigned a = 0; a < n; a++)
+        for (unsigned b = 0; b < n; b++)
+            if (a != b && sw[a] > 0 && sw[b] > 0) {
+                double via = sw[a] < sw[b] ? sw[a] : sw[b];
+                node->nvswitch = 1;
+                if (via > node->nvlink[a * n + b])
+                    node->nvlink[a * n + b] = via;
+            }
+    free(sw);
+    hwloc_distances_release(topo, d);
+    return 0;
+}
+
+static int from_hwloc(dt_node_t *node, hwloc_topology_t topo, dt_error_t *err)
+{
+    unsigned cap = 0;
+
+    if (fill_cpu_side(node, topo) < 0 ||
+        walk_io(node, topo, hwloc_get_root_obj(topo), -1, &cap) < 0 || add_gpus(node, topo) < 0 ||
+        add_nics(node, topo) < 0 || add_nvlink(node, topo) < 0) {
+        topo_seterr(err, "topology: out of memory");
+        return -1;
+    }
+    if (node->ncores == 0) {
+        topo_seterr(err, "topology %s: no cores or PUs", node->path[0] ? node->path : "(live)");
+        return -1;
+    }
+    return 0;
+}
+
+static int open_topology(hwloc_topology_t *topo, const char *xml, dt_error_t *err)
+{
+    if (hwloc_topology_init(topo) < 0) {
+        topo_seterr(err, "hwloc: cannot initialise a topology: %s", strerror(errno));
+        return -1;
+    }
+    /* I/O objects are dropped by default; we need PCI devices and bridges,
+     * and from a file every one of them (live: the important ones). */
+    hwloc_topology_set_io_types_filter(*topo, xml ? HWLOC_TYPE_FILTER_KEEP_ALL
+                                                  : HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+    if (xml && hwloc_topology_set_xml(*topo, xml) < 0) {
+        topo_seterr(err, "topology file '%.300s': hwloc cannot read it: %s", xml, strerror(errno));
+        hwloc_topology_destroy(*topo);
+        return -1;
+    }
+    if (hwloc_topology_load(*topo) < 0) {
+        if (xml)
+            topo_seterr(err, "topology file '%.300s': not a valid hwloc XML export "
+                        "(malformed or truncated?)", xml);
+        else
+            topo_seterr(err, "hwloc: discovery of this machine failed: %s", strerror(errno));
+        hwloc_topology_destroy(*topo);
+        return -1;
+    }
+    return 0;
+}
+
+int topo_load_hwloc_xml(dt_node_t *node, const char *path, dt_error_t *err)
+{
+    hwloc_topology_t topo;
+    int rc;
+
+    memset(node, 0, sizeof(*node));
+    if (open_topology(&topo, path, err) < 0)
+        return -1;
+    node->source = DT_SOURCE_HWLOC_XML;
+    snprintf(node->path, sizeof(node->path), "%s", path);
+    rc = from_hwloc(node, topo, err);
+    hwloc_topology_destroy(topo);
+    if (rc < 0)
+        dt_node_free(node);
+    return rc;
+}
+
+int dt_node_load_live(dt_node_t *node, dt_error_t *err)
+{
+    hwloc_topology_t topo;
+    int rc;
+
+    memset(node, 0, sizeof(*node));
+    if (open_topology(&topo, NULL, err) < 0)
+        return -1;
+    node->source = DT_SOURCE_LIVE;
+    rc = from_hwloc(node, topo, err);
+    hwloc_topology_destroy(topo);
+    if (rc < 0)
+        dt_node_free(node);
+    return rc;
+}
+
+int dt_node_export_live(const char *path, dt_error_t *err)
+{
+    hwloc_topology_t topo;
+    int rc;
+
+    if (open_topology(&topo, NULL, err) < 0)
+        return -1;
+    rc = hwloc_topology_export_xml(topo, path, 0);
+    if (rc < 0)
+        topo_seterr(err, "cannot write topology to '%.300s': %s", path, strerror(errno));
+    hwloc_topology_destroy(topo);
+    return rc;
+}

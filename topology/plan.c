@@ -1,0 +1,436 @@
+/* The binding plan of one node: GPU, cores, memory node and NIC for each
+ * local rank. */
+#include "ddptopo.h"
+#include "internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int dt_bind_parse(const char *spec, unsigned *bind, dt_error_t *err)
+{
+    static const char *const names[] = {"gpu", "cpu", "mem", "nic"};
+    const char *s = spec ? spec : "";
+    unsigned b = 0;
+
+    if (!strcmp(s, "none")) {
+        *bind = 0;
+        return 0;
+    }
+    do {
+        size_t len = strcspn(s, ",");
+        unsigned i;
+        for (i = 0; i < 4; i++)
+            if (strlen(names[i]) == len && !strncmp(s, names[i], len))
+                break;
+        if (i == 4) {
+            topo_seterr(err, "binding '%.100s': unknown item '%.*s' (expected none, or a comma "
+                        "list of gpu, cpu, mem, nic)", spec ? spec : "", (int)(len > 40 ? 40 : len), s);
+            return -1;
+        }
+        b |= 1u << i;
+        s += len;
+    } while (*s++ == ',');
+    *bind = b;
+    return 0;
+}
+
+const char *dt_bind_name(unsigned bind, char *buf, size_t len)
+{
+    static const char *const names[] = {"gpu", "cpu", "mem", "nic"};
+    size_t used = 0;
+
+    snprintf(buf, len, "none");
+    for (unsigned i = 0; i < 4; i++)
+        if (bind & (1u << i))
+            used += (size_t)snprintf(buf + used, used < len ? len - used : 0, "%s%s",
+                                     used ? "," : "", names[i]);
+    return buf;
+}
+
+void dt_node_plan_free(dt_node_plan_t *plan)
+{
+    for (unsigned i = 0; plan->ranks && i < plan->nranks; i++)
+        hwloc_bitmap_free(plan->ranks[i].cpus);
+    for (unsigned i = 0; i < plan->nwarnings; i++)
+        free(plan->warnings[i]);
+    free(plan->warnings);
+    free(plan->ranks);
+    free(plan->visible);
+    memset(plan, 0, sizeof(*plan));
+}
+
+static void warn(dt_node_plan_t *plan, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void warn(dt_node_plan_t *plan, const char *fmt, ...)
+{
+    char buf[320], **w;
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    if (!(w = realloc(plan->warnings, (plan->nwarnings + 1) * sizeof(char *))))
+        return;
+    plan->warnings = w;
+    if ((w[plan->nwarnings] = strdup(buf)))
+        plan->nwarnings++;
+}
+
+/* ---- GPUs ------------------------------------------------------------------ */
+
+/* How well two GPUs talk: NVLink bandwidth first, then PCIe proximity. */
+static double closeness(const dt_node_t *node, int a, int b)
+{
+    return dt_node_nvlink(node, (unsigned)a, (unsigned)b) * 10.0 +
+           (double)(DT_PATH_SYSTEM - dt_node_pci_path(node, node->gpus[a].pci, node->gpus[b].pci));
+}
+
+/* The allocated NVIDIA GPUs, as positions in node->gpus. */
+static int candidate_gpus(const dt_node_t *node, const dt_plan_request_t *req, int *out,
+                          unsigned *n, dt_error_t *err)
+{
+    *n = 0;
+    if (!req->gpus) {
+        for (unsigned i = 0; i < node->ngpus; i++)
+            if (node->gpus[i].nvidia)
+                out[(*n)++] = (int)i;
+        return 0;
+    }
+    for (unsigned k = 0; k < req->ngpus; k++) {
+        unsigned i;
+        for (i = 0; i < node->ngpus; i++)
+            if (node->gpus[i].nvidia && node->gpus[i].index == req->gpus[k])
+                break;
+        if (i == node->ngpus) {
+            topo_seterr(err, "GPU %d was allocated but the topology has %u NVIDIA GPU%s "
+                        "(is the topology file this node's?)", req->gpus[k],
+                        dt_node_nvidia_gpus(node), dt_node_nvidia_gpus(node) == 1 ? "" : "s");
+            return -1;
+        }
+        out[(*n)++] = (int)i;
+    }
+    return 0;
+}
+
+/* How strongly GPU cand[i] is tied to the kept ones (to its best partner
+ * while none is kept yet). */
+static double tie_score(const dt_node_t *node, const int *cand, unsigned n, const char *kept,
+                        unsigned nk, unsigned i)
+{
+    double s = 0;
+
+    for (unsigned j = 0; j < n; j++) {
+        double c = j == i ? 0 : closeness(node, cand[i], cand[j]);
+        if (nk == 0 && c > s)
+            s = c;
+        else if (nk > 0 && kept[j])
+            s += c;
+    }
+    return s;
+}
+
+/* Keep the k best-connected of the n candidates: the GPU with the closest
+ * partner first, then each time the GPU most tied to those kept. */
+static void best_subset(const dt_node_t *node, int *cand, unsigned n, unsigned k)
+{
+    char *kept = calloc(n, 1);
+
+    if (!kept)
+        return;
+    for (unsigned nk = 0; nk < k; nk++) {
+        unsigned best = n;
+        double best_score = -1;
+        for (unsigned i = 0; i < n; i++) {
+            double s = kept[i] ? -1 : tie_score(node, cand, n, kept, nk, i);
+            if (s > best_score) {
+                best_score = s;
+                best = i;
+            }
+        }
+        kept[best] = 1;
+    }
+    for (unsigned i = 0, o = 0; i < n; i++)
+        if (kept[i])
+            cand[o++] = cand[i];
+    free(kept);
+}
+
+/* Order GPUs as a chain of nearest neighbours from the lowest index, so
+ * NVLink and switch neighbours get neighbouring local ranks. */
+static void chain_order(const dt_node_t *node, int *g, unsigned n)
+{
+    for (unsigned i = 1; i < n; i++) {
+        unsigned best = i;
+        for (unsigned j = i + 1; j < n; j++) {
+            double cj = closeness(node, g[i - 1], g[j]), cb = closeness(node, g[i - 1], g[best]);
+            if (cj > cb || (cj == cb && node->gpus[g[j]].index < node->gpus[g[best]].index))
+                best = j;
+        }
+        int t = g[i];
+        g[i] = g[best];
+        g[best] = t;
+    }
+}
+
+static int plan_gpus(const dt_node_t *node, const dt_plan_request_t *req, dt_node_plan_t *plan,
+                     dt_error_t *err)
+{
+    int *g = calloc(node->ngpus + 1, sizeof(int));
+    unsigned n;
+
+    if (!g || candidate_gpus(node, req, g, &n, err) < 0) {
+        free(g);
+        return -1;
+    }
+    for (unsigned r = 0; r < plan->nranks; r++)
+        plan->ranks[r].gpu = plan->ranks[r].device = -1;
+    if (n == 0 || plan->nranks == 0) {
+        free(g);
+        return 0;
+    }
+    if (plan->nranks > n && !req->share_gpus) {
+        topo_seterr(err, "%u ranks but %u GPU%s on this node: one rank per GPU, or allow "
+                    "sharing (--ddp-topo=auto,share)", plan->nranks, n, n == 1 ? "" : "s");
+        free(g);
+        return -1;
+    }
+    if (plan->nranks < n) {
+        warn(plan, "%u of %u GPUs left idle", n - plan->nranks, n);
+        best_subset(node, g, n, plan->nranks);
+        n = plan->nranks;
+    } else if (plan->nranks > n) {
+        warn(plan, "%u ranks share %u GPU%s", plan->nranks, n, n == 1 ? "" : "s");
+    }
+    chain_order(node, g, n);
+    plan->visible = calloc(n, sizeof(int));
+    if (!plan->visible) {
+        free(g);
+        return -1;
+    }
+    plan->nvisible = n;
+    for (unsigned i = 0; i < n; i++)
+        plan->visible[i] = node->gpus[g[i]].index;
+    /* round robin, so LOCAL_RANK % device_count() still names the device */
+    for (unsigned r = 0; r < plan->nranks; r++) {
+        plan->ranks[r].device = (int)(r % n);
+        plan->ranks[r].gpu = g[r % n];
+    }
+    free(g);
+    return 0;
+}
+
+/* ---- Cores and memory -------------------------------------------------------- */
+
+/* The CPUs a rank's GPU sits next to. */
+static hwloc_const_bitmap_t gpu_locality(const dt_node_t *node, int gpu)
+{
+    const dt_pci_t *p;
+
+    if (gpu < 0 || node->gpus[gpu].pci < 0)
+        return NULL;
+    p = &node->pci[node->gpus[gpu].pci];
+    if (p->numa >= 0 && !hwloc_bitmap_iszero(node->numa[p->numa].cpuset))
+        return node->numa[p->numa].cpuset;
+    return p->package >= 0 ? node->packages[p->package] : NULL;
+}
+
+/* Allocated cores (as allocated PUs of each core) still free, inside `near`. */
+static unsigned pick_cores(const dt_node_t *node, hwloc_const_bitmap_t allowed,
+                           const char *taken, hwloc_const_bitmap_t near, int *out)
+{
+    unsigned n = 0;
+
+    for (unsigned c = 0; c < node->ncores; c++)
+        if (!taken[c] && hwloc_bitmap_intersects(node->cores[c], allowed) &&
+            (!near || hwloc_bitmap_isincluded(node->cores[c], near)))
+            out[n++] = (int)c;
+    return n;
+}
+
+static int memory_node(const dt_node_t *node, hwloc_const_bitmap_t cpus)
+{
+    for (unsigned i = 0; i < node->nnuma; i++)
+        if (hwloc_bitmap_intersects(node->numa[i].cpuset, cpus))
+            return (int)i;
+    return -1;
+}
+
+/* Split `n` cores between the ranks of group `grp` in rank order: evenly,
+ * disjointly, and shared round robin when there are fewer cores than ranks. */
+static void split_cores(const dt_node_t *node, hwloc_const_bitmap_t allowed, dt_node_plan_t *plan,
+                        const int *group, int grp, const int *cores, unsigned n)
+{
+    unsigned k = 0, i = 0;
+
+    for (unsigned r = 0; r < plan->nranks; r++)
+        k += group[r] == grp;
+    for (unsigned r = 0, next = 0; r < plan->nranks; r++) {
+        dt_rank_plan_t *rp = &plan->ranks[r];
+        unsigned take = n >= k ? n / k + (i < n % k) : 1;
+        if (group[r] != grp)
+            continue;
+        for (unsigned t = 0; t < take; t++, next++) {
+            hwloc_bitmap_t pus = hwloc_bitmap_dup(node->cores[cores[next % n]]);
+            hwloc_bitmap_and(pus, pus, allowed);
+            hwloc_bitmap_or(rp->cpus, rp->cpus, pus);
+            hwloc_bitmap_free(pus);
+        }
+        rp->ncores = take;
+        rp->numa = memory_node(node, rp->cpus);
+        i++;
+    }
+}
+
+/* Ranks whose GPUs share a locality form a group that splits the free
+ * allocated cores of that locality (else of the whole allocation). */
+static int plan_cpus(const dt_node_t *node, const dt_plan_request_t *req, dt_node_plan_t *plan)
+{
+    hwloc_bitmap_t allowed = req->cpus ? hwloc_bitmap_dup(req->cpus) : hwloc_bitmap_alloc();
+    char *taken = calloc(node->ncores, 1);
+    int *cores = calloc(node->ncores, sizeof(int)), *group = calloc(plan->nranks + 1, sizeof(int));
+    int rc = -1, oversubscribed = 0;
+
+    if (!allowed || !taken || !cores || !group)
+        goto out;
+    if (!req->cpus)
+        for (unsigned c = 0; c < node->ncores; c++)
+            hwloc_bitmap_or(allowed, allowed, node->cores[c]);
+    for (unsigned r = 0; r < plan->nranks; r++) {
+        group[r] = (int)r;
+        for (unsigned q = 0; q < r; q++)
+            if (gpu_locality(node, plan->ranks[q].gpu) == gpu_locality(node, plan->ranks[r].gpu)) {
+                group[r] = group[q];
+                break;
+            }
+    }
+    for (unsigned r = 0; r < plan->nranks; r++) {
+        hwloc_const_bitmap_t near = gpu_locality(node, plan->ranks[r].gpu);
+        unsigned n;
+        if (group[r] != (int)r)
+            continue;
+        n = pick_cores(node, allowed, taken, near, cores);
+        if (n == 0)
+            n = pick_cores(node, allowed, taken, NULL, cores);
+        if (n == 0) { /* everything taken: share the allocation */
+            memset(taken, 0, node->ncores);
+            n = pick_cores(node, allowed, taken, NULL, cores);
+            oversubscribed = 1;
+        }
+        if (n == 0) {
+            rc = -2;
+            goto out;
+        }
+        for (unsigned i = 0; i < n; i++)
+            taken[cores[i]] = 1;
+        split_cores(node, allowed, plan, group, (int)r, cores, n);
+    }
+    for (unsigned r = 0; r < plan->nranks; r++)
+        for (unsigned q = 0; q < r; q++)
+            oversubscribed |= hwloc_bitmap_intersects(plan->ranks[q].cpus, plan->ranks[r].cpus);
+    if (oversubscribed)
+        warn(plan, "cores oversubscribed: fewer allocated cores than ranks");
+    rc = 0;
+out:
+    hwloc_bitmap_free(allowed);
+    free(taken);
+    free(cores);
+    free(group);
+    return rc;
+}
+
+/* ---- NICs --------------------------------------------------------------------- */
+
+static int rdma(const dt_nic_t *n)
+{
+    return n->kind != DT_NIC_ETHERNET;
+}
+
+static dt_path_t nic_path(const dt_node_t *node, const dt_rank_plan_t *rp, const dt_nic_t *nic)
+{
+    const dt_pci_t *p = nic->pci >= 0 ? &node->pci[nic->pci] : NULL;
+
+    if (rp->gpu >= 0)
+        return dt_node_pci_path(node, node->gpus[rp->gpu].pci, nic->pci);
+    if (!p || rp->numa < 0)
+        return DT_PATH_SYSTEM;
+    if (p->numa == rp->numa)
+        return DT_PATH_NUMA;
+    return p->package >= 0 && p->package == node->numa[rp->numa].package ? DT_PATH_PACKAGE
+                                                                         : DT_PATH_SYSTEM;
+}
+
+/* Closest NIC by PCIe path; equidistant NICs spread over the ranks; down
+ * ports only when nothing else is there; RDMA NICs before plain Ethernet. */
+static void plan_nics(const dt_node_t *node, dt_node_plan_t *plan)
+{
+    unsigned *used = calloc(node->nnics + 1, sizeof(unsigned));
+    int any_rdma = 0, any_up = 0;
+
+    for (unsigned i = 0; i < node->nnics; i++) {
+        any_rdma |= rdma(&node->nics[i]);
+        if (node->nics[i].state == DT_PORT_DOWN)
+            warn(plan, "NIC %s: port %d is down", node->nics[i].name[0] ? node->nics[i].name
+                 : node->nics[i].busid, node->nics[i].port);
+    }
+    for (unsigned i = 0; i < node->nnics; i++)
+        any_up |= rdma(&node->nics[i]) == any_rdma && node->nics[i].state != DT_PORT_DOWN;
+    for (unsigned r = 0; used && r < plan->nranks; r++) {
+        dt_rank_plan_t *rp = &plan->ranks[r];
+        int best = -1;
+        rp->nic = -1;
+        for (unsigned i = 0; i < node->nnics; i++) {
+            const dt_nic_t *n = &node->nics[i];
+            dt_path_t p = nic_path(node, rp, n);
+            if (rdma(n) != any_rdma || (any_up && n->state == DT_PORT_DOWN))
+                continue;
+            if (best < 0 || p < rp->nic_path || (p == rp->nic_path && used[i] < used[best])) {
+                best = (int)i;
+                rp->nic_path = p;
+            }
+        }
+        if (best >= 0) {
+            rp->nic = best;
+            used[best]++;
+        }
+        if (best >= 0 && rp->nic_path == DT_PATH_SYSTEM && rp->gpu >= 0)
+            warn(plan, "GPU %d: no NIC nearer than the other socket (uses %s)",
+                 node->gpus[rp->gpu].index, node->nics[best].name[0] ? node->nics[best].name
+                 : node->nics[best].busid);
+    }
+    free(used);
+}
+
+int dt_plan_node(const dt_node_t *node, const dt_plan_request_t *req, dt_node_plan_t *plan,
+                 dt_error_t *err)
+{
+    int rc;
+
+    memset(plan, 0, sizeof(*plan));
+    plan->nranks = req->nranks;
+    plan->ranks = calloc(req->nranks + 1, sizeof(dt_rank_plan_t));
+    for (unsigned r = 0; plan->ranks && r < req->nranks; r++)
+        if (!(plan->ranks[r].cpus = hwloc_bitmap_alloc()))
+            plan->ranks = NULL;
+    if (!plan->ranks) {
+        topo_seterr(err, "plan: out of memory");
+        return -1;
+    }
+    if (plan_gpus(node, req, plan, err) < 0) {
+        dt_node_plan_free(plan);
+        return -1;
+    }
+    rc = plan_cpus(node, req, plan);
+    if (rc < 0) {
+        topo_seterr(err, rc == -2 ? "no allocated core is in the topology (is the topology "
+                    "file this node's?)" : "plan: out of memory");
+        dt_node_plan_free(plan);
+        return -1;
+    }
+    plan_nics(node, plan);
+    if (plan->nvisible > 1 && !node->nvlink)
+        warn(plan, "the topology has no NVLink information: GPUs are ordered by PCIe "
+             "distance only");
+    return 0;
+}
