@@ -7,9 +7,10 @@
 
 #include "ddptopo.h"
 
-#define VALID_VALUES "a mode (auto, env, off) and flags (verbose), comma-separated, " \
+#define VALID_VALUES "a mode (auto, env, off) and flags (verbose, share), comma-separated, " \
                      "e.g. --ddp-topo=auto,verbose"
-#define VALID_ARGS "default=off|env|auto, port_range=LO-HI"
+#define VALID_ARGS "default=off|env|auto, port_range=LO-HI, topology=live|PATTERN, " \
+                   "bind=none|gpu,cpu,mem,nic"
 
 static const char *const mode_names[] = {
     [DDP_MODE_OFF] = "off", [DDP_MODE_ENV] = "env", [DDP_MODE_AUTO] = "auto"};
@@ -45,6 +46,8 @@ int ddp_request_parse(const char *value, ddp_request_t *req, char *err, size_t e
 
         if (len == 7 && !strncmp(s, "verbose", 7)) {
             r.verbose = true;
+        } else if (len == 5 && !strncmp(s, "share", 5)) {
+            r.share = true;
         } else if (!have_mode && mode_lookup(s, len, &m) == 0) {
             r.mode = m;
             have_mode = true;
@@ -80,6 +83,25 @@ static int config_arg(const char *arg, ddp_config_t *cfg, char *err, size_t errl
         snprintf(err, errlen, "plugstack.conf argument '%.80s': %s", arg, derr.text);
         return -1;
     }
+    if (!strncmp(arg, "topology=", 9)) {
+        const char *v = arg + 9;
+        char path[512];
+        if (strcmp(v, "live") && (v[0] != '/' ||
+                                  dt_topology_path(v, "n", "h", path, sizeof(path), &derr) < 0)) {
+            snprintf(err, errlen, "plugstack.conf argument '%.80s': %s", arg, v[0] != '/'
+                     ? "expected live or an absolute path pattern (%n node name, %h host name)"
+                     : derr.text);
+            return -1;
+        }
+        snprintf(cfg->topology, sizeof(cfg->topology), "%s", v);
+        return 0;
+    }
+    if (!strncmp(arg, "bind=", 5)) {
+        if (dt_bind_parse(arg + 5, &cfg->bind, &derr) == 0)
+            return 0;
+        snprintf(err, errlen, "plugstack.conf argument '%.80s': %s", arg, derr.text);
+        return -1;
+    }
     snprintf(err, errlen, "plugstack.conf argument '%.80s': unknown argument (valid: %s)",
              arg, VALID_ARGS);
     return -1;
@@ -89,11 +111,23 @@ int ddp_config_parse(int ac, char **av, ddp_config_t *cfg, char *err, size_t err
 {
     ddp_config_t c = {.default_mode = DDP_MODE_OFF,
                       .port_lo = DT_PORT_RANGE_DEFAULT_LO,
-                      .port_hi = DT_PORT_RANGE_DEFAULT_HI};
+                      .port_hi = DT_PORT_RANGE_DEFAULT_HI,
+                      .topology = "live",
+                      .bind = DT_BIND_GPU | DT_BIND_CPU};
 
     for (int i = 0; i < ac; i++)
         if (config_arg(av[i], &c, err, errlen) < 0)
             return -1;
     *cfg = c;
     return 0;
+}
+
+int ddp_bind_option_parse(const char *value, unsigned *bind, char *err, size_t errlen)
+{
+    dt_error_t derr;
+
+    if (dt_bind_parse(value ? value : "", bind, &derr) == 0)
+        return 0;
+    snprintf(err, errlen, "invalid --ddp-topo-bind value: %s", derr.text);
+    return -1;
 }

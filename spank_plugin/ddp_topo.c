@@ -10,6 +10,8 @@ SPANK_PLUGIN(ddp_topo, 1);
 
 ddp_request_t ddp_request;
 char ddp_request_error[DDP_ERRLEN];
+bool ddp_bind_given;
+unsigned ddp_bind_value;
 
 /* Runs in srun/sbatch/salloc (remote == 0) for the environment form first,
  * then the command line (last one wins), and twice in slurmstepd
@@ -33,12 +35,40 @@ static int option_cb(int val, const char *optarg, int remote)
     return -1;
 }
 
+static int bind_cb(int val, const char *optarg, int remote)
+{
+    char err[DDP_ERRLEN];
+
+    (void)val;
+    if (ddp_bind_option_parse(optarg, &ddp_bind_value, err, sizeof(err)) == 0) {
+        ddp_bind_given = true;
+        return 0;
+    }
+    if (remote) {
+        snprintf(ddp_request_error, sizeof(ddp_request_error), "%s", err);
+        return 0;
+    }
+    slurm_error("ddp-topo: %s", err);
+    return -1;
+}
+
+static struct spank_option bind_option = {
+    .name = "ddp-topo-bind",
+    .arginfo = "LIST",
+    .usage = "With --ddp-topo=auto: what to bind, none or a comma list of gpu, cpu, mem, nic "
+             "(default from the admin, usually gpu,cpu).",
+    .has_arg = 1,
+    .val = 0,
+    .cb = bind_cb,
+};
+
 static struct spank_option ddp_option = {
     .name = "ddp-topo",
     .arginfo = "MODE[,verbose]",
     .usage = "Set up distributed training in each task: torchrun-compatible ranks, "
-             "MASTER_ADDR/MASTER_PORT, OMP_NUM_THREADS. MODE: auto (default), env, off; "
-             "verbose prints each rank's settings.",
+             "MASTER_ADDR/MASTER_PORT, OMP_NUM_THREADS; auto also binds GPU, CPUs and NIC. "
+             "MODE: auto (default), env, off; flags: verbose (print each rank's settings), "
+             "share (allow more ranks than GPUs).",
     .has_arg = 2,
     .val = 0,
     .cb = option_cb,
@@ -52,7 +82,8 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
         return 0;
     /* Registered in every context that sees options; sbatch and salloc
      * only know options registered this way, not through a static table. */
-    if (spank_option_register(sp, &ddp_option) != ESPANK_SUCCESS) {
+    if (spank_option_register(sp, &ddp_option) != ESPANK_SUCCESS ||
+        spank_option_register(sp, &bind_option) != ESPANK_SUCCESS) {
         slurm_error("ddp-topo: cannot register --ddp-topo (another plugin may own the name)");
         return -1;
     }

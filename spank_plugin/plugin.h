@@ -18,22 +18,39 @@ typedef struct {
     bool given;
     ddp_mode_t mode;
     bool verbose;
+    bool share;            /* more ranks than GPUs is allowed */
 } ddp_request_t;
 
 /* The admin's plugstack.conf arguments. */
 typedef struct {
     ddp_mode_t default_mode;
     uint16_t port_lo, port_hi;
+    char topology[512];    /* "live" or a path pattern with %n / %h */
+    unsigned bind;         /* DT_BIND_* when the user does not choose */
 } ddp_config_t;
+
+/* What bind.c needs to plan a node. */
+typedef struct {
+    const char *topology;  /* "live" or a pattern */
+    const char *node_name;
+    const char *master_addr;
+    unsigned local_count;
+    unsigned bind;
+    bool share;
+} ddp_bind_request_t;
 
 /* config.c */
 int ddp_request_parse(const char *value, ddp_request_t *req, char *err, size_t errlen);
 int ddp_config_parse(int ac, char **av, ddp_config_t *cfg, char *err, size_t errlen);
 const char *ddp_mode_name(ddp_mode_t mode);
 
-/* ddp_topo.c: the option as registered, state shared by the contexts */
+int ddp_bind_option_parse(const char *value, unsigned *bind, char *err, size_t errlen);
+
+/* ddp_topo.c: the options as registered, state shared by the contexts */
 extern ddp_request_t ddp_request;     /* from the --ddp-topo option callback */
 extern char ddp_request_error[DDP_ERRLEN]; /* a bad value seen remotely */
+extern bool ddp_bind_given;           /* --ddp-topo-bind was used */
+extern unsigned ddp_bind_value;
 
 /* local.c: srun, sbatch, salloc */
 int ddp_local_init(int ac, char **av);
@@ -42,5 +59,11 @@ int ddp_local_init(int ac, char **av);
 int ddp_remote_init(int ac, char **av);
 int ddp_remote_user_init(spank_t sp);
 int ddp_remote_task_init(spank_t sp);
+
+/* bind.c: mode auto in slurmstepd */
+int ddp_bind_user_init(spank_t sp, const ddp_bind_request_t *req, char *err, size_t errlen);
+int ddp_bind_task_init(spank_t sp, int local, char *err, size_t errlen);
+void ddp_bind_describe(int local, char *buf, size_t len);
+unsigned ddp_bind_warnings(const char ***warnings);
 
 #endif

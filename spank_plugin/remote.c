@@ -28,6 +28,7 @@ typedef struct {
     char error[DDP_ERRLEN];
     uint32_t job_id, step_id, world, local_count, node_id, nnodes, cpus_per_task, restart;
     char master_addr[256];
+    char node_name[256];
     uint16_t master_port;
     bool port_busy; /* the derived port is already bound on this node */
 } step_t;
@@ -160,6 +161,8 @@ static int find_master_addr(spank_t sp)
         return -1;
     }
     snprintf(step.master_addr, sizeof(step.master_addr), "%s", hosts[0]);
+    if (step.node_id < n)
+        snprintf(step.node_name, sizeof(step.node_name), "%s", hosts[step.node_id]);
     dt_hostlist_free(hosts, n);
     free(list);
     return 0;
@@ -216,6 +219,19 @@ static void find_master_port(spank_t sp)
         step.port_busy = port_in_use(step.master_port);
 }
 
+static void plan_binding(spank_t sp)
+{
+    char err[DDP_ERRLEN];
+    ddp_bind_request_t req = {.topology = config.topology, .node_name = step.node_name,
+                              .master_addr = step.master_addr, .local_count = step.local_count,
+                              .bind = ddp_bind_given ? ddp_bind_value : config.bind,
+                              .share = step.req.share};
+
+    if (ddp_bind_user_init(sp, &req, err, sizeof(err)) < 0)
+        step_fail("binding on %s: %s (--ddp-topo=env sets the environment without binding)",
+                  step.node_name, err);
+}
+
 int ddp_remote_user_init(spank_t sp)
 {
     memset(&step, 0, sizeof(step));
@@ -238,6 +254,8 @@ int ddp_remote_user_init(spank_t sp)
         return 0;
     check_rank0_here(sp);
     find_master_port(sp);
+    if (step.req.mode == DDP_MODE_AUTO)
+        plan_binding(sp);
     return 0;
 }
 
@@ -284,17 +302,27 @@ static const char *effective(spank_t sp, const char *name, char *buf, int len)
 
 static void print_task(spank_t sp, uint32_t rank, int local)
 {
-    char host[256], addr[256], port[16], omp[16];
+    char host[256], addr[256], port[16], omp[16], binding[256] = "";
+    const char **warnings;
+    unsigned nwarnings = 0;
 
     if (gethostname(host, sizeof(host)) < 0)
         snprintf(host, sizeof(host), "?");
     host[sizeof(host) - 1] = '\0';
+    if (step.req.mode == DDP_MODE_AUTO) {
+        binding[0] = ' ';
+        ddp_bind_describe(local, binding + 1, sizeof(binding) - 1);
+        nwarnings = ddp_bind_warnings(&warnings);
+    }
     fprintf(stderr, "ddp-topo: rank %u/%u on %s: node %u/%u local %d/%u MASTER_ADDR=%s "
-            "MASTER_PORT=%s OMP_NUM_THREADS=%s mode=%s\n", rank, step.world, host,
+            "MASTER_PORT=%s OMP_NUM_THREADS=%s mode=%s%s\n", rank, step.world, host,
             step.node_id, step.nnodes, local, step.local_count,
             effective(sp, "MASTER_ADDR", addr, sizeof(addr)),
             effective(sp, "MASTER_PORT", port, sizeof(port)),
-            effective(sp, "OMP_NUM_THREADS", omp, sizeof(omp)), ddp_mode_name(step.req.mode));
+            effective(sp, "OMP_NUM_THREADS", omp, sizeof(omp)), ddp_mode_name(step.req.mode),
+            binding);
+    for (unsigned i = 0; local == 0 && i < nwarnings; i++)
+        fprintf(stderr, "ddp-topo: warning: %s: %s\n", host, warnings[i]);
 }
 
 int ddp_remote_task_init(spank_t sp)
@@ -312,6 +340,14 @@ int ddp_remote_task_init(spank_t sp)
         spank_get_item(sp, S_TASK_ID, &local) != ESPANK_SUCCESS) {
         slurm_error("ddp-topo: cannot read this task's rank from SLURM (report this)");
         return -1;
+    }
+    if (step.req.mode == DDP_MODE_AUTO) {
+        char err[DDP_ERRLEN];
+        /* before set_task_env: a CPU binding's OMP_NUM_THREADS wins over cpus per task */
+        if (ddp_bind_task_init(sp, local, err, sizeof(err)) < 0) {
+            slurm_error("ddp-topo: binding rank %u on %s: %s", rank, step.node_name, err);
+            return -1;
+        }
     }
     if (set_task_env(sp, rank, local) < 0)
         return -1;

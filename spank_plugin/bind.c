@@ -1,0 +1,345 @@
+/* slurmstepd, mode auto: the node's binding plan (once per node per step, in
+ * user_init) and its application to each task (task_init): GPU, CPU
+ * affinity, memory policy, NIC, and the NCCL/Gloo variables. */
+#define _GNU_SOURCE /* sched_setaffinity, CPU_SET */
+#include "plugin.h"
+
+#include <errno.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "ddptopo.h"
+
+#define MPOL_PREFERRED 1
+
+typedef struct {
+    bool ready;
+    unsigned bind;
+    dt_node_t node;
+    dt_node_plan_t plan;
+    char ifname[IF_NAMESIZE]; /* reaches MASTER_ADDR */
+} bind_state_t;
+
+static bind_state_t state;
+
+/* "0,1,4-5" (SLURM_STEP_GPUS) into indexes. */
+static int parse_index_list(const char *s, int *out, unsigned max, unsigned *n)
+{
+    *n = 0;
+    while (*s) {
+        char *end;
+        long lo = strtol(s, &end, 10), hi = lo;
+        if (end == s || lo < 0)
+            return -1;
+        if (*end == '-') {
+            const char *h = end + 1;
+            hi = strtol(h, &end, 10);
+            if (end == h || hi < lo)
+                return -1;
+        }
+        for (long v = lo; v <= hi; v++) {
+            if (*n == max)
+                return -1;
+            out[(*n)++] = (int)v;
+        }
+        if (*end && *end != ',')
+            return -1;
+        s = *end ? end + 1 : end;
+    }
+    return 0;
+}
+
+/* SLURM's allocated cores ("0-3,8") as the PUs of those cores. Core ids
+ * past the topology's are dropped: a warning, not an error, unless none is
+ * left. */
+static int allocated_cpus(spank_t sp, hwloc_bitmap_t cpus, char *err, size_t errlen)
+{
+    char *cores = NULL;
+    int list[4096];
+    unsigned n, dropped = 0;
+
+    if (spank_get_item(sp, S_STEP_ALLOC_CORES, &cores) != ESPANK_SUCCESS || !cores)
+        return 1; /* unknown: the whole node */
+    if (parse_index_list(cores, list, 4096, &n) < 0) {
+        snprintf(err, errlen, "cannot parse SLURM's allocated cores '%.100s'", cores);
+        return -1;
+    }
+    for (unsigned i = 0; i < n; i++) {
+        if ((unsigned)list[i] < state.node.ncores)
+            hwloc_bitmap_or(cpus, cpus, state.node.cores[list[i]]);
+        else
+            dropped++;
+    }
+    if (dropped == n) {
+        snprintf(err, errlen, "none of the allocated cores %.100s exists in the topology "
+                 "(%u cores): is the topology file this node's?", cores, state.node.ncores);
+        return -1;
+    }
+    return 0;
+}
+
+static int allocated_gpus(spank_t sp, int *gpus, unsigned *n, char *err, size_t errlen)
+{
+    char buf[1024];
+
+    if (spank_getenv(sp, "SLURM_STEP_GPUS", buf, sizeof(buf)) != ESPANK_SUCCESS &&
+        spank_getenv(sp, "SLURM_JOB_GPUS", buf, sizeof(buf)) != ESPANK_SUCCESS)
+        return 1; /* no GPU GRES: every GPU of the node */
+    if (parse_index_list(buf, gpus, 256, n) < 0) {
+        snprintf(err, errlen, "cannot parse SLURM's allocated GPUs '%.100s'", buf);
+        return -1;
+    }
+    return 0;
+}
+
+static int load_topology(const char *pattern, const char *node_name, char *err, size_t errlen)
+{
+    char path[512], host[256] = "";
+    dt_error_t derr;
+    int rc;
+
+    if (!strcmp(pattern, "live")) {
+        rc = dt_node_load_live(&state.node, &derr);
+    } else {
+        gethostname(host, sizeof(host) - 1);
+        rc = dt_topology_path(pattern, node_name, host, path, sizeof(path), &derr);
+        if (rc == 0)
+            rc = dt_node_load_file(&state.node, path, &derr);
+    }
+    if (rc < 0)
+        snprintf(err, errlen, "%s", derr.text);
+    return rc;
+}
+
+/* The interface holding MASTER_ADDR's address, or routing to it. */
+static void find_ifname(const char *master)
+{
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_DGRAM}, *ai;
+    struct sockaddr_in local = {0};
+    socklen_t len = sizeof(local);
+    struct ifaddrs *ifs;
+    int fd;
+
+    state.ifname[0] = '\0';
+    if (getaddrinfo(master, "9", &hints, &ai) != 0)
+        return;
+    fd = socket(AF_INET, SOCK_DGRAM, 0);
+    if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
+        getsockname(fd, (struct sockaddr *)&local, &len);
+    if (fd >= 0)
+        close(fd);
+    if (getifaddrs(&ifs) == 0) {
+        const struct in_addr *target = &((struct sockaddr_in *)ai->ai_addr)->sin_addr;
+        for (int pass = 0; pass < 2 && !state.ifname[0]; pass++)
+            for (struct ifaddrs *i = ifs; i; i = i->ifa_next) {
+                const struct in_addr *a;
+                if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET)
+                    continue;
+                a = &((struct sockaddr_in *)i->ifa_addr)->sin_addr;
+                /* the master's own address first: on its node the route is lo */
+                if (a->s_addr == (pass ? local.sin_addr.s_addr : target->s_addr)) {
+                    snprintf(state.ifname, sizeof(state.ifname), "%s", i->ifa_name);
+                    break;
+                }
+            }
+        freeifaddrs(ifs);
+    }
+    freeaddrinfo(ai);
+}
+
+int ddp_bind_user_init(spank_t sp, const ddp_bind_request_t *req, char *err, size_t errlen)
+{
+    int gpus[256];
+    unsigned ngpus = 0;
+    hwloc_bitmap_t cpus = hwloc_bitmap_alloc();
+    dt_plan_request_t preq = {.nranks = req->local_count, .share_gpus = req->share};
+    dt_error_t derr;
+    int rc;
+
+    memset(&state, 0, sizeof(state));
+    state.bind = req->bind;
+    find_ifname(req->master_addr);
+    if (!cpus || load_topology(req->topology, req->node_name, err, errlen) < 0)
+        goto fail;
+    if ((rc = allocated_gpus(sp, gpus, &ngpus, err, errlen)) < 0)
+        goto fail;
+    if (rc == 0) {
+        preq.gpus = gpus;
+        preq.ngpus = ngpus;
+    }
+    if ((rc = allocated_cpus(sp, cpus, err, errlen)) < 0)
+        goto fail;
+    preq.cpus = rc == 0 ? cpus : NULL;
+    if (dt_plan_node(&state.node, &preq, &state.plan, &derr) < 0) {
+        snprintf(err, errlen, "binding plan: %s", derr.text);
+        goto fail;
+    }
+    hwloc_bitmap_free(cpus);
+    state.ready = true;
+    return 0;
+fail:
+    hwloc_bitmap_free(cpus);
+    dt_node_free(&state.node);
+    return -1;
+}
+
+static int setf(spank_t sp, const char *name, int overwrite, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int setf(spank_t sp, const char *name, int overwrite, const char *fmt, ...)
+{
+    char val[1024];
+    va_list ap;
+    spank_err_t rc;
+
+    va_start(ap, fmt);
+    vsnprintf(val, sizeof(val), fmt, ap);
+    va_end(ap);
+    rc = spank_setenv(sp, name, val, overwrite);
+    return rc == ESPANK_SUCCESS || (rc == ESPANK_ENV_EXISTS && !overwrite) ? 0 : -1;
+}
+
+static int bind_gpu(spank_t sp, const dt_rank_plan_t *rp)
+{
+    char list[1024] = "";
+    size_t o = 0;
+
+    if (rp->gpu < 0)
+        return 0;
+    for (unsigned i = 0; i < state.plan.nvisible && o < sizeof(list); i++)
+        o += (size_t)snprintf(list + o, sizeof(list) - o, "%s%d", i ? "," : "", state.plan.visible[i]);
+    /* our indexes are PCI bus order, as NVML and SLURM's gres count */
+    return setf(sp, "CUDA_DEVICE_ORDER", 1, "PCI_BUS_ID") |
+           setf(sp, "CUDA_VISIBLE_DEVICES", 1, "%s", list) |
+           setf(sp, "DDP_TOPO_GPU", 1, "%d", state.node.gpus[rp->gpu].index);
+}
+
+static int bind_cpu(spank_t sp, const dt_rank_plan_t *rp, int local, char *err, size_t errlen)
+{
+    cpu_set_t set;
+    int pu;
+
+    CPU_ZERO(&set);
+    hwloc_bitmap_foreach_begin(pu, rp->cpus)
+        if (pu < CPU_SETSIZE)
+            CPU_SET(pu, &set);
+    hwloc_bitmap_foreach_end();
+    if (sched_setaffinity(0, sizeof(set), &set) < 0) {
+        char cpus[128];
+        hwloc_bitmap_list_snprintf(cpus, sizeof(cpus), rp->cpus);
+        snprintf(err, errlen, "cannot bind local rank %d to CPUs %s: %s (is the topology this "
+                 "node's? --ddp-topo-bind=gpu skips CPU binding)", local, cpus, strerror(errno));
+        return -1;
+    }
+    return setf(sp, "OMP_NUM_THREADS", 0, "%u", rp->ncores ? rp->ncores : 1);
+}
+
+static int bind_mem(const dt_rank_plan_t *rp, int local, char *err, size_t errlen)
+{
+    unsigned long mask[16] = {0};
+    unsigned node;
+
+    if (rp->numa < 0)
+        return 0;
+    node = state.node.numa[rp->numa].os_index;
+    if (node >= sizeof(mask) * 8) {
+        snprintf(err, errlen, "NUMA node %u is beyond the supported 1024", node);
+        return -1;
+    }
+    mask[node / (8 * sizeof(long))] |= 1ul << (node % (8 * sizeof(long)));
+    /* preferred, not bound: a full node spills over instead of OOM-killing */
+    if (syscall(SYS_set_mempolicy, MPOL_PREFERRED, mask, sizeof(mask) * 8) < 0) {
+        snprintf(err, errlen, "cannot set local rank %d's memory policy to NUMA node %u: %s",
+                 local, node, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static int bind_nic(spank_t sp, const dt_rank_plan_t *rp, int local, char *err, size_t errlen)
+{
+    const dt_nic_t *n = rp->nic >= 0 ? &state.node.nics[rp->nic] : NULL;
+
+    if (!n) {
+        snprintf(err, errlen, "local rank %d has no NIC to bind to (the topology lists none)",
+                 local);
+        return -1;
+    }
+    if (!n->name[0] || (n->kind != DT_NIC_INFINIBAND && n->kind != DT_NIC_ROCE)) {
+        snprintf(err, errlen, "local rank %d's NIC %s is %s: NCCL_IB_HCA names InfiniBand/RoCE "
+                 "HCAs only (drop nic from the binding)", local, n->name[0] ? n->name : n->busid,
+                 n->name[0] ? dt_nic_kind_name(n->kind) : "unnamed in the topology");
+        return -1;
+    }
+    return setf(sp, "NCCL_IB_HCA", 1, "=%s:%d", n->name, n->port);
+}
+
+int ddp_bind_task_init(spank_t sp, int local, char *err, size_t errlen)
+{
+    const dt_rank_plan_t *rp;
+    char cpus[256];
+
+    if (!state.ready || local < 0 || (unsigned)local >= state.plan.nranks) {
+        snprintf(err, errlen, "no binding plan for local rank %d", local);
+        return -1;
+    }
+    rp = &state.plan.ranks[local];
+    hwloc_bitmap_list_snprintf(cpus, sizeof(cpus), rp->cpus);
+    if (setf(sp, "DDP_TOPO_CPUS", 1, "%s", cpus) < 0 ||
+        (rp->nic >= 0 && setf(sp, "DDP_TOPO_NIC", 1, "%s", state.node.nics[rp->nic].name[0]
+                              ? state.node.nics[rp->nic].name : state.node.nics[rp->nic].busid) < 0) ||
+        (state.ifname[0] && (setf(sp, "NCCL_SOCKET_IFNAME", 0, "=%s", state.ifname) < 0 ||
+                             setf(sp, "GLOO_SOCKET_IFNAME", 0, "%s", state.ifname) < 0)) ||
+        (state.node.source == DT_SOURCE_NCCL_XML &&
+         setf(sp, "NCCL_TOPO_FILE", 0, "%s", state.node.path) < 0)) {
+        snprintf(err, errlen, "cannot set the binding variables in the task");
+        return -1;
+    }
+    if ((state.bind & DT_BIND_GPU) && bind_gpu(sp, rp) < 0) {
+        snprintf(err, errlen, "cannot set CUDA_VISIBLE_DEVICES in the task");
+        return -1;
+    }
+    if ((state.bind & DT_BIND_CPU) && bind_cpu(sp, rp, local, err, errlen) < 0)
+        return -1;
+    if ((state.bind & DT_BIND_MEM) && bind_mem(rp, local, err, errlen) < 0)
+        return -1;
+    if ((state.bind & DT_BIND_NIC) && bind_nic(sp, rp, local, err, errlen) < 0)
+        return -1;
+    return 0;
+}
+
+void ddp_bind_describe(int local, char *buf, size_t len)
+{
+    const dt_rank_plan_t *rp;
+    char cpus[128], bind[32];
+
+    if (!state.ready || local < 0 || (unsigned)local >= state.plan.nranks) {
+        snprintf(buf, len, "binding=none");
+        return;
+    }
+    rp = &state.plan.ranks[local];
+    hwloc_bitmap_list_snprintf(cpus, sizeof(cpus), rp->cpus);
+    snprintf(buf, len, "GPU=%d CPUS=%s NUMA=%d NIC=%s bind=%s",
+             rp->gpu >= 0 ? state.node.gpus[rp->gpu].index : -1, cpus,
+             rp->numa >= 0 ? (int)state.node.numa[rp->numa].os_index : -1,
+             rp->nic >= 0 ? (state.node.nics[rp->nic].name[0] ? state.node.nics[rp->nic].name
+                                                               : state.node.nics[rp->nic].busid)
+                          : "-",
+             dt_bind_name(state.bind, bind, sizeof(bind)));
+}
+
+unsigned ddp_bind_warnings(const char ***warnings)
+{
+    *warnings = (const char **)state.plan.warnings;
+    return state.ready ? state.plan.nwarnings : 0;
+}
