@@ -339,7 +339,8 @@ static int open_topology(hwloc_topology_t *topo, const char *xml, dt_error_t *er
     hwloc_topology_set_io_types_filter(*topo, xml ? HWLOC_TYPE_FILTER_KEEP_ALL
                                                   : HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
     if (xml && hwloc_topology_set_xml(*topo, xml) < 0) {
-        topo_seterr(err, "topology file '%.300s': hwloc cannot read it: %s", xml, strerror(errno));
+        topo_seterr(err, "topology file '%.300s': not a valid hwloc XML export (malformed or "
+                    "truncated?)", xml);
         hwloc_topology_destroy(*topo);
         return -1;
     }

@@ -63,7 +63,7 @@ static void text_kind(FILE *f, const kind_t *k)
         visible_list(f, &k->plan);
         fputc('\n', f);
     }
-    fprintf(f, "  %-5s %-4s %-13s %-28s %-16s %-4s %-12s %s\n", "local", "GPU", "bus id", "model",
+    fprintf(f, "  %-5s %-4s %-13s %-28s %-20s %-4s %-12s %s\n", "local", "GPU", "bus id", "model",
             "cpus", "NUMA", "NIC", "path to NIC");
     for (unsigned r = 0; r < k->plan.nranks; r++) {
         const dt_rank_plan_t *rp = &k->plan.ranks[r];
@@ -72,7 +72,7 @@ static void text_kind(FILE *f, const kind_t *k)
         hwloc_bitmap_list_snprintf(cpus, sizeof(cpus), rp->cpus);
         snprintf(gpu, sizeof(gpu), "%d", g ? g->index : -1);
         snprintf(numa, sizeof(numa), "%u", rp->numa >= 0 ? node->numa[rp->numa].os_index : 0);
-        fprintf(f, "  %-5u %-4s %-13s %-28.28s %-16s %-4s %-12s %s\n", r, g ? gpu : "-",
+        fprintf(f, "  %-5u %-4s %-13s %-28.28s %-20s %-4s %-12s %s\n", r, g ? gpu : "-",
                 g ? g->busid : "-", g ? g->model : "-", cpus, rp->numa >= 0 ? numa : "-",
                 rp->nic >= 0 ? nic_label(&node->nics[rp->nic]) : "-",
                 rp->nic >= 0 ? dt_path_name(rp->nic_path) : "-");
