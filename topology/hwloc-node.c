@@ -174,6 +174,7 @@ static int add_gpus(dt_node_t *node, hwloc_topology_t topo)
         g->pci = idx;
         g->nvidia = nvidia;
         memcpy(g->busid, node->pci[idx].busid, sizeof(g->busid));
+        model = hwloc_obj_get_info_by_name(o, "GPUModel"); /* our own export adds it */
         g->index = osdev_gpu_index(o, &model);
         if (!model)
             model = hwloc_obj_get_info_by_name(o, "PCIDevice");
@@ -269,9 +270,8 @@ static int nvlink_endpoint(const dt_node_t *node, hwloc_obj_t obj)
 }
 
 /* hwloc's NVLinkBandwidth (MB/s) may mix GPUs with NVSwitches and CPU
- * packages. GPUs that reach NVSwitches talk to each other through them at
- * the lower of their switch bandwidths: a DGX-2's matrix shows two baseboard
- * islands, but its switch trunks join all 16 GPUs. */
+ * packages. A DGX-2's matrix shows two baseboard islands, but its switch
+ * trunks join all 16 GPUs: see topo_nvlink_switches. */
 static int add_nvlink(dt_node_t *node, hwloc_topology_t topo)
 {
     unsigned nr = 1, n = node->ngpus;
@@ -298,14 +298,7 @@ static int add_nvlink(dt_node_t *node, hwloc_topology_t topo)
                 sw[a] += gbps;
         }
     }
-    for (unsigned a = 0; a < n; a++)
-        for (unsigned b = 0; b < n; b++)
-            if (a != b && sw[a] > 0 && sw[b] > 0) {
-                double via = sw[a] < sw[b] ? sw[a] : sw[b];
-                node->nvswitch = 1;
-                if (via > node->nvlink[a * n + b])
-                    node->nvlink[a * n + b] = via;
-            }
+    topo_nvlink_switches(node, sw);
     free(sw);
     hwloc_distances_release(topo, d);
     return 0;
@@ -383,19 +376,64 @@ int dt_node_load_live(dt_node_t *node, dt_error_t *err)
         return -1;
     node->source = DT_SOURCE_LIVE;
     rc = from_hwloc(node, topo, err);
+    if (rc == 0)
+        topo_nvml_augment(node);
     hwloc_topology_destroy(topo);
     if (rc < 0)
         dt_node_free(node);
     return rc;
 }
 
+/* Write what NVML told us into the hwloc topology before exporting it, so
+ * the cached XML carries GPU names and NVLink like a live discovery. */
+static int annotate_nvml(hwloc_topology_t topo, dt_node_t *node, int had_nvlink)
+{
+    hwloc_obj_t *objs = calloc(node->ngpus + 1, sizeof(hwloc_obj_t)), o = NULL;
+    hwloc_uint64_t *values = calloc((size_t)node->ngpus * node->ngpus + 1, sizeof(hwloc_uint64_t));
+    hwloc_distances_add_handle_t h;
+    unsigned n = node->ngpus;
+    int rc = 0;
+
+    while (objs && (o = hwloc_get_next_pcidev(topo, o)))
+        for (unsigned i = 0; i < n; i++)
+            if (node->gpus[i].pci == pci_index(o)) {
+                objs[i] = o;
+                hwloc_obj_add_info(o, "GPUModel", node->gpus[i].model);
+            }
+    for (unsigned i = 0; objs && i < n; i++)
+        rc |= objs[i] == NULL;
+    if (!objs || !values || rc || had_nvlink || !node->nvlink)
+        goto out;
+    for (unsigned i = 0; i < n * n; i++)
+        values[i] = (hwloc_uint64_t)(node->nvlink[i] * 1000.0); /* MB/s, as hwloc's */
+    h = hwloc_distances_add_create(topo, "NVLinkBandwidth", HWLOC_DISTANCES_KIND_FROM_OS |
+                                   HWLOC_DISTANCES_KIND_MEANS_BANDWIDTH, 0);
+    if (!h || hwloc_distances_add_values(topo, h, n, objs, values, 0) < 0 ||
+        hwloc_distances_add_commit(topo, h, 0) < 0)
+        rc = -1;
+out:
+    free(objs);
+    free(values);
+    return rc ? -1 : 0;
+}
+
 int dt_node_export_live(const char *path, dt_error_t *err)
 {
     hwloc_topology_t topo;
+    dt_node_t node = {0};
+    unsigned had_nvlink = 0;
     int rc;
 
     if (open_topology(&topo, NULL, err) < 0)
         return -1;
+    hwloc_distances_get_by_name(topo, "NVLinkBandwidth", &had_nvlink, NULL, 0);
+    if (from_hwloc(&node, topo, err) < 0) {
+        hwloc_topology_destroy(topo);
+        return -1;
+    }
+    if (topo_nvml_augment(&node) && annotate_nvml(topo, &node, had_nvlink > 0) < 0)
+        fprintf(stderr, "ddp-topo: warning: NVML data could not be added to the export\n");
+    dt_node_free(&node);
     rc = hwloc_topology_export_xml(topo, path, 0);
     if (rc < 0)
         topo_seterr(err, "cannot write topology to '%.300s': %s", path, strerror(errno));

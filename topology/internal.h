@@ -12,6 +12,11 @@ void topo_seterr(dt_error_t *err, const char *fmt, ...)
 int topo_numa_of(const dt_node_t *node, hwloc_const_bitmap_t locality);
 int topo_package_of(const dt_node_t *node, hwloc_const_bitmap_t locality);
 void topo_number_gpus(dt_node_t *node, int have_index);
+void topo_nvlink_switches(dt_node_t *node, const double *sw);
+
+/* nvml.c: GPU names and NVLink from NVML, when libnvidia-ml can be loaded
+ * (returns 1 then). Fills node->nvlink only when the source had none. */
+int topo_nvml_augment(dt_node_t *node);
 
 /* the loaders */
 int topo_load_hwloc_xml(dt_node_t *node, const char *path, dt_error_t *err);

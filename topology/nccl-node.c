@@ -303,12 +303,7 @@ static int add_nvlink(loader_t *l, xmlNodePtr root)
         return -1;
     }
     walk_links(l, root, sw, &any);
-    for (unsigned a = 0; a < n; a++)
-        for (unsigned b = 0; b < n; b++)
-            if (a != b && sw[a] > 0 && sw[b] > 0) {
-                node->nvswitch = 1;
-                node->nvlink[a * n + b] += sw[a] < sw[b] ? sw[a] : sw[b];
-            }
+    topo_nvlink_switches(node, sw);
     free(sw);
     if (!any) { /* the file says nothing about NVLink */
         free(node->nvlink);

@@ -170,3 +170,19 @@ void topo_number_gpus(dt_node_t *node, int have_index)
             node->gpus[i].index = next++;
     qsort(node->gpus, node->ngpus, sizeof(dt_gpu_t), gpu_cmp);
 }
+
+/* GPUs that reach NVSwitches talk to each other through them at the lower
+ * of their switch bandwidths (sw[i]: GB/s from GPU i into switches). */
+void topo_nvlink_switches(dt_node_t *node, const double *sw)
+{
+    unsigned n = node->ngpus;
+
+    for (unsigned a = 0; a < n; a++)
+        for (unsigned b = 0; b < n; b++)
+            if (a != b && sw[a] > 0 && sw[b] > 0) {
+                double via = sw[a] < sw[b] ? sw[a] : sw[b];
+                node->nvswitch = 1;
+                if (via > node->nvlink[a * n + b])
+                    node->nvlink[a * n + b] = via;
+            }
+}
