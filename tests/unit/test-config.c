@@ -1,5 +1,6 @@
 /* The plugin's parsing of --ddp-topo values and plugstack.conf arguments. */
 #include "plugin.h"
+#include "ddptopo.h"
 #include "tap.h"
 
 static void request_ok(const char *value, ddp_mode_t mode, bool verbose)
@@ -8,7 +9,7 @@ static void request_ok(const char *value, ddp_mode_t mode, bool verbose)
     char err[DDP_ERRLEN] = "";
 
     ok(ddp_request_parse(value, &r, err, sizeof(err)) == 0 && r.given && r.mode == mode &&
-       r.verbose == verbose, "--ddp-topo=%s is %s%s %s", value ? value : "(bare)",
+       r.verbose == verbose && !r.share, "--ddp-topo=%s is %s%s %s", value ? value : "(bare)",
        ddp_mode_name(mode), verbose ? ",verbose" : "", err);
 }
 
@@ -45,6 +46,11 @@ int main(void)
     request_ok("auto,verbose", DDP_MODE_AUTO, true);
     request_ok("verbose,env", DDP_MODE_ENV, true);
     request_ok("verbose", DDP_MODE_AUTO, true);
+    {
+        ddp_request_t r;
+        ok(ddp_request_parse("auto,share", &r, err, sizeof(err)) == 0 && r.share &&
+           r.mode == DDP_MODE_AUTO, "--ddp-topo=auto,share allows sharing");
+    }
     request_refused("bogus", "unknown item 'bogus'");
     request_refused("-n1", "unknown item '-n1'");
     request_refused("auto,", "empty item");
@@ -58,5 +64,23 @@ int main(void)
     config_refused("default=bogus", "unknown mode");
     config_refused("port_range=5-1", "port range");
     config_refused("colour=blue", "unknown argument (valid: default=");
+    config_refused("topology=relative/%n.xml", "absolute path pattern");
+    config_refused("topology=/x/%q.xml", "unknown '%q'");
+    config_refused("bind=gpu,disk", "unknown item 'disk'");
+    {
+        char *av2[] = {(char *)"topology=/etc/ddp-topo/%n.xml", (char *)"bind=none"};
+        ok(ddp_config_parse(2, av2, &c, err, sizeof(err)) == 0 &&
+           !strcmp(c.topology, "/etc/ddp-topo/%n.xml") && c.bind == 0,
+           "topology=/etc/ddp-topo/%%n.xml bind=none");
+        ok(ddp_config_parse(0, NULL, &c, err, sizeof(err)) == 0 && !strcmp(c.topology, "live") &&
+           c.bind == (DT_BIND_GPU | DT_BIND_CPU), "defaults: topology=live bind=gpu,cpu");
+    }
+    {
+        unsigned b;
+        ok(ddp_bind_option_parse("cpu,mem", &b, err, sizeof(err)) == 0 &&
+           b == (DT_BIND_CPU | DT_BIND_MEM), "--ddp-topo-bind=cpu,mem");
+        ok(ddp_bind_option_parse("", &b, err, sizeof(err)) < 0 &&
+           strstr(err, "invalid --ddp-topo-bind value"), "--ddp-topo-bind= (empty) refused: %s", err);
+    }
     return tap_done();
 }
