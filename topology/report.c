@@ -188,14 +188,16 @@ static int index_ranks(dt_report_t *r)
     return 0;
 }
 
-static void master(dt_report_t *r, dt_error_t *err)
+static int master(dt_report_t *r, dt_error_t *err)
 {
     const dt_report_opts_t *o = &r->opts;
     uint16_t port;
 
     snprintf(r->master_addr, sizeof(r->master_addr), "%s",
              r->layout.ntasks ? r->hosts[r->layout.node_of[0]] : r->hosts[0]);
-    if (o->resv_ports && dt_resv_ports_first(o->resv_ports, &port, err) == 0)
+    if (o->resv_ports && dt_resv_ports_first(o->resv_ports, &port, err) < 0)
+        return -1;
+    if (o->resv_ports)
         snprintf(r->master_port, sizeof(r->master_port), "%u", port);
     else if (o->job_id >= 0)
         snprintf(r->master_port, sizeof(r->master_port), "%u",
@@ -206,6 +208,7 @@ static void master(dt_report_t *r, dt_error_t *err)
         snprintf(r->master_port, sizeof(r->master_port),
                  "derived at launch from job id, step id and restart count (%u-%u)",
                  o->port_lo, o->port_hi);
+    return 0;
 }
 
 static void job_warnings(dt_report_t *r)
@@ -343,13 +346,13 @@ int dt_report_build(const dt_report_opts_t *opts, dt_report_t **out, dt_error_t 
     r->opts = *opts;
     err->text[0] = '\0';
     if (dt_hostlist_expand(opts->nodelist, &r->hosts, &r->nhosts, err) < 0 ||
-        tasks_per_node(r, err) < 0 || plan_nodes(r, err) < 0 || index_ranks(r) < 0) {
+        tasks_per_node(r, err) < 0 || plan_nodes(r, err) < 0 || index_ranks(r) < 0 ||
+        master(r, err) < 0) {
         if (!err->text[0])
             topo_seterr(err, "report: out of memory");
         dt_report_free(r);
         return -1;
     }
-    master(r, err);
     job_warnings(r);
     r->have_cost = opts->model_params > 0;
     if (r->have_cost)
