@@ -10,7 +10,6 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sched.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -193,22 +192,6 @@ fail:
     return -1;
 }
 
-static int setf(spank_t sp, const char *name, int overwrite, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int setf(spank_t sp, const char *name, int overwrite, const char *fmt, ...)
-{
-    char val[1024];
-    va_list ap;
-    spank_err_t rc;
-
-    va_start(ap, fmt);
-    vsnprintf(val, sizeof(val), fmt, ap);
-    va_end(ap);
-    rc = spank_setenv(sp, name, val, overwrite);
-    return rc == ESPANK_SUCCESS || (rc == ESPANK_ENV_EXISTS && !overwrite) ? 0 : -1;
-}
-
 static int bind_gpu(spank_t sp, const dt_rank_plan_t *rp)
 {
     char list[1024] = "";
@@ -219,9 +202,9 @@ static int bind_gpu(spank_t sp, const dt_rank_plan_t *rp)
     for (unsigned i = 0; i < state.plan.nvisible && o < sizeof(list); i++)
         o += (size_t)snprintf(list + o, sizeof(list) - o, "%s%d", i ? "," : "", state.plan.visible[i]);
     /* our indexes are PCI bus order, as NVML and SLURM's gres count */
-    return setf(sp, "CUDA_DEVICE_ORDER", 1, "PCI_BUS_ID") |
-           setf(sp, "CUDA_VISIBLE_DEVICES", 1, "%s", list) |
-           setf(sp, "DDP_TOPO_GPU", 1, "%d", state.node.gpus[rp->gpu].index);
+    return ddp_setenvf(sp, "CUDA_DEVICE_ORDER", 1, "PCI_BUS_ID") |
+           ddp_setenvf(sp, "CUDA_VISIBLE_DEVICES", 1, "%s", list) |
+           ddp_setenvf(sp, "DDP_TOPO_GPU", 1, "%d", state.node.gpus[rp->gpu].index);
 }
 
 static int bind_cpu(spank_t sp, const dt_rank_plan_t *rp, int local, char *err, size_t errlen)
@@ -241,7 +224,7 @@ static int bind_cpu(spank_t sp, const dt_rank_plan_t *rp, int local, char *err, 
                  "node's? --ddp-topo-bind=gpu skips CPU binding)", local, cpus, strerror(errno));
         return -1;
     }
-    return setf(sp, "OMP_NUM_THREADS", 0, "%u", rp->ncores ? rp->ncores : 1);
+    return ddp_setenvf(sp, "OMP_NUM_THREADS", 0, "%u", rp->ncores ? rp->ncores : 1);
 }
 
 static int bind_mem(const dt_rank_plan_t *rp, int local, char *err, size_t errlen)
@@ -281,7 +264,7 @@ static int bind_nic(spank_t sp, const dt_rank_plan_t *rp, int local, char *err, 
                  n->name[0] ? dt_nic_kind_name(n->kind) : "unnamed in the topology");
         return -1;
     }
-    return setf(sp, "NCCL_IB_HCA", 1, "=%s:%d", n->name, n->port);
+    return ddp_setenvf(sp, "NCCL_IB_HCA", 1, "=%s:%d", n->name, n->port);
 }
 
 int ddp_bind_task_init(spank_t sp, int local, char *err, size_t errlen)
@@ -295,13 +278,13 @@ int ddp_bind_task_init(spank_t sp, int local, char *err, size_t errlen)
     }
     rp = &state.plan.ranks[local];
     hwloc_bitmap_list_snprintf(cpus, sizeof(cpus), rp->cpus);
-    if (setf(sp, "DDP_TOPO_CPUS", 1, "%s", cpus) < 0 ||
-        (rp->nic >= 0 && setf(sp, "DDP_TOPO_NIC", 1, "%s", state.node.nics[rp->nic].name[0]
+    if (ddp_setenvf(sp, "DDP_TOPO_CPUS", 1, "%s", cpus) < 0 ||
+        (rp->nic >= 0 && ddp_setenvf(sp, "DDP_TOPO_NIC", 1, "%s", state.node.nics[rp->nic].name[0]
                               ? state.node.nics[rp->nic].name : state.node.nics[rp->nic].busid) < 0) ||
-        (state.ifname[0] && (setf(sp, "NCCL_SOCKET_IFNAME", 0, "=%s", state.ifname) < 0 ||
-                             setf(sp, "GLOO_SOCKET_IFNAME", 0, "%s", state.ifname) < 0)) ||
+        (state.ifname[0] && (ddp_setenvf(sp, "NCCL_SOCKET_IFNAME", 0, "=%s", state.ifname) < 0 ||
+                             ddp_setenvf(sp, "GLOO_SOCKET_IFNAME", 0, "%s", state.ifname) < 0)) ||
         (state.node.source == DT_SOURCE_NCCL_XML &&
-         setf(sp, "NCCL_TOPO_FILE", 0, "%s", state.node.path) < 0)) {
+         ddp_setenvf(sp, "NCCL_TOPO_FILE", 0, "%s", state.node.path) < 0)) {
         snprintf(err, errlen, "cannot set the binding variables in the task");
         return -1;
     }

@@ -13,6 +13,19 @@ char ddp_request_error[DDP_ERRLEN];
 bool ddp_bind_given;
 unsigned ddp_bind_value;
 
+/* A bad option value fails srun/sbatch/salloc at once. slurmstepd only logs
+ * a failing option callback, so there the error is kept and the tasks fail
+ * with it in task_init. */
+static int reject(const char *err, int remote)
+{
+    if (!remote) {
+        slurm_error("ddp-topo: %s", err);
+        return -1;
+    }
+    snprintf(ddp_request_error, sizeof(ddp_request_error), "%s", err);
+    return 0;
+}
+
 /* Runs in srun/sbatch/salloc (remote == 0) for the environment form first,
  * then the command line (last one wins), and twice in slurmstepd
  * (remote == 1), so it must be idempotent. */
@@ -25,14 +38,7 @@ static int option_cb(int val, const char *optarg, int remote)
         ddp_request_error[0] = '\0';
         return 0;
     }
-    if (remote) {
-        /* slurmstepd only logs a failing option callback: keep the error
-         * and fail the tasks with it in task_init. */
-        snprintf(ddp_request_error, sizeof(ddp_request_error), "%s", err);
-        return 0;
-    }
-    slurm_error("ddp-topo: %s", err);
-    return -1;
+    return reject(err, remote);
 }
 
 static int bind_cb(int val, const char *optarg, int remote)
@@ -44,12 +50,7 @@ static int bind_cb(int val, const char *optarg, int remote)
         ddp_bind_given = true;
         return 0;
     }
-    if (remote) {
-        snprintf(ddp_request_error, sizeof(ddp_request_error), "%s", err);
-        return 0;
-    }
-    slurm_error("ddp-topo: %s", err);
-    return -1;
+    return reject(err, remote);
 }
 
 static struct spank_option bind_option = {

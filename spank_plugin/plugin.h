@@ -59,6 +59,10 @@ int ddp_local_init(int ac, char **av);
 int ddp_remote_init(int ac, char **av);
 int ddp_remote_user_init(spank_t sp);
 int ddp_remote_task_init(spank_t sp);
+/* spank_setenv with a format; overwrite 0 keeps a user's value. Logs and
+ * returns -1 on failure. */
+int ddp_setenvf(spank_t sp, const char *name, int overwrite, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 /* bind.c: mode auto in slurmstepd */
 int ddp_bind_user_init(spank_t sp, const ddp_bind_request_t *req, char *err, size_t errlen);

@@ -259,12 +259,9 @@ int ddp_remote_user_init(spank_t sp)
     return 0;
 }
 
-static int setf(spank_t sp, const char *name, int overwrite, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int setf(spank_t sp, const char *name, int overwrite, const char *fmt, ...)
+int ddp_setenvf(spank_t sp, const char *name, int overwrite, const char *fmt, ...)
 {
-    char val[256];
+    char val[1024];
     va_list ap;
     spank_err_t rc;
 
@@ -281,18 +278,18 @@ static int setf(spank_t sp, const char *name, int overwrite, const char *fmt, ..
 static int set_task_env(spank_t sp, uint32_t rank, int local)
 {
     /* A step is one torchrun role, named "default" as torchrun names it. */
-    return setf(sp, "RANK", 1, "%u", rank) | setf(sp, "LOCAL_RANK", 1, "%d", local) |
-           setf(sp, "WORLD_SIZE", 1, "%u", step.world) |
-           setf(sp, "LOCAL_WORLD_SIZE", 1, "%u", step.local_count) |
-           setf(sp, "GROUP_RANK", 1, "%u", step.node_id) |
-           setf(sp, "NODE_RANK", 1, "%u", step.node_id) |
-           setf(sp, "GROUP_WORLD_SIZE", 1, "%u", step.nnodes) |
-           setf(sp, "ROLE_NAME", 1, "default") | setf(sp, "ROLE_RANK", 1, "%u", rank) |
-           setf(sp, "ROLE_WORLD_SIZE", 1, "%u", step.world) |
-           setf(sp, "TORCHELASTIC_RESTART_COUNT", 1, "%u", step.restart) |
-           setf(sp, "MASTER_ADDR", 0, "%s", step.master_addr) |
-           setf(sp, "MASTER_PORT", 0, "%u", step.master_port) |
-           setf(sp, "OMP_NUM_THREADS", 0, "%u", step.cpus_per_task ? step.cpus_per_task : 1);
+    return ddp_setenvf(sp, "RANK", 1, "%u", rank) | ddp_setenvf(sp, "LOCAL_RANK", 1, "%d", local) |
+           ddp_setenvf(sp, "WORLD_SIZE", 1, "%u", step.world) |
+           ddp_setenvf(sp, "LOCAL_WORLD_SIZE", 1, "%u", step.local_count) |
+           ddp_setenvf(sp, "GROUP_RANK", 1, "%u", step.node_id) |
+           ddp_setenvf(sp, "NODE_RANK", 1, "%u", step.node_id) |
+           ddp_setenvf(sp, "GROUP_WORLD_SIZE", 1, "%u", step.nnodes) |
+           ddp_setenvf(sp, "ROLE_NAME", 1, "default") | ddp_setenvf(sp, "ROLE_RANK", 1, "%u", rank) |
+           ddp_setenvf(sp, "ROLE_WORLD_SIZE", 1, "%u", step.world) |
+           ddp_setenvf(sp, "TORCHELASTIC_RESTART_COUNT", 1, "%u", step.restart) |
+           ddp_setenvf(sp, "MASTER_ADDR", 0, "%s", step.master_addr) |
+           ddp_setenvf(sp, "MASTER_PORT", 0, "%u", step.master_port) |
+           ddp_setenvf(sp, "OMP_NUM_THREADS", 0, "%u", step.cpus_per_task ? step.cpus_per_task : 1);
 }
 
 static const char *effective(spank_t sp, const char *name, char *buf, int len)

@@ -349,39 +349,34 @@ static int open_topology(hwloc_topology_t *topo, const char *xml, dt_error_t *er
     return 0;
 }
 
-int topo_load_hwloc_xml(dt_node_t *node, const char *path, dt_error_t *err)
+/* From an XML file, or live (xml NULL: NVML then adds what hwloc lacks). */
+static int load(dt_node_t *node, const char *xml, dt_error_t *err)
 {
     hwloc_topology_t topo;
     int rc;
 
     memset(node, 0, sizeof(*node));
-    if (open_topology(&topo, path, err) < 0)
+    if (open_topology(&topo, xml, err) < 0)
         return -1;
-    node->source = DT_SOURCE_HWLOC_XML;
-    snprintf(node->path, sizeof(node->path), "%s", path);
+    node->source = xml ? DT_SOURCE_HWLOC_XML : DT_SOURCE_LIVE;
+    snprintf(node->path, sizeof(node->path), "%s", xml ? xml : "");
     rc = from_hwloc(node, topo, err);
+    if (rc == 0 && !xml)
+        topo_nvml_augment(node);
     hwloc_topology_destroy(topo);
     if (rc < 0)
         dt_node_free(node);
     return rc;
 }
 
+int topo_load_hwloc_xml(dt_node_t *node, const char *path, dt_error_t *err)
+{
+    return load(node, path, err);
+}
+
 int dt_node_load_live(dt_node_t *node, dt_error_t *err)
 {
-    hwloc_topology_t topo;
-    int rc;
-
-    memset(node, 0, sizeof(*node));
-    if (open_topology(&topo, NULL, err) < 0)
-        return -1;
-    node->source = DT_SOURCE_LIVE;
-    rc = from_hwloc(node, topo, err);
-    if (rc == 0)
-        topo_nvml_augment(node);
-    hwloc_topology_destroy(topo);
-    if (rc < 0)
-        dt_node_free(node);
-    return rc;
+    return load(node, NULL, err);
 }
 
 /* Write what NVML told us into the hwloc topology before exporting it, so

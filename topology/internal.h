@@ -7,6 +7,10 @@
 
 void topo_seterr(dt_error_t *err, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* Append a formatted string to a malloc'd vector (warnings). */
+void topo_strv_addf(char ***v, unsigned *n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void topo_strv_free(char **v, unsigned n);
 
 /* node.c: shared by the loaders */
 int topo_numa_of(const dt_node_t *node, hwloc_const_bitmap_t locality);

@@ -3,7 +3,6 @@
 #include "ddptopo.h"
 #include "internal.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,30 +52,13 @@ void dt_node_plan_free(dt_node_plan_t *plan)
 {
     for (unsigned i = 0; plan->ranks && i < plan->nranks; i++)
         hwloc_bitmap_free(plan->ranks[i].cpus);
-    for (unsigned i = 0; i < plan->nwarnings; i++)
-        free(plan->warnings[i]);
-    free(plan->warnings);
+    topo_strv_free(plan->warnings, plan->nwarnings);
     free(plan->ranks);
     free(plan->visible);
     memset(plan, 0, sizeof(*plan));
 }
 
-static void warn(dt_node_plan_t *plan, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void warn(dt_node_plan_t *plan, const char *fmt, ...)
-{
-    char buf[320], **w;
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof(buf), fmt, ap);
-    va_end(ap);
-    if (!(w = realloc(plan->warnings, (plan->nwarnings + 1) * sizeof(char *))))
-        return;
-    plan->warnings = w;
-    if ((w[plan->nwarnings] = strdup(buf)))
-        plan->nwarnings++;
-}
+#define warn(plan, ...) topo_strv_addf(&(plan)->warnings, &(plan)->nwarnings, __VA_ARGS__)
 
 /* ---- GPUs ------------------------------------------------------------------ */
 

@@ -4,7 +4,6 @@
 #include "ddptopo.h"
 #include "internal.h"
 
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,22 +40,7 @@ int dt_topology_path(const char *pattern, const char *node, const char *host, ch
     return 0;
 }
 
-static void report_warn(dt_report_t *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void report_warn(dt_report_t *r, const char *fmt, ...)
-{
-    char buf[512], **w;
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof(buf), fmt, ap);
-    va_end(ap);
-    if (!(w = realloc(r->warnings, (r->nwarnings + 1) * sizeof(char *))))
-        return;
-    r->warnings = w;
-    if ((w[r->nwarnings] = strdup(buf)))
-        r->nwarnings++;
-}
+#define report_warn(r, ...) topo_strv_addf(&(r)->warnings, &(r)->nwarnings, __VA_ARGS__)
 
 void dt_report_free(dt_report_t *r)
 {
@@ -67,9 +51,7 @@ void dt_report_free(dt_report_t *r)
         dt_node_plan_free(&r->kinds[k].plan);
         free(r->kinds[k].nodes);
     }
-    for (unsigned i = 0; i < r->nwarnings; i++)
-        free(r->warnings[i]);
-    free(r->warnings);
+    topo_strv_free(r->warnings, r->nwarnings);
     free(r->kinds);
     free(r->kind_of);
     free(r->first_rank);
