@@ -35,6 +35,57 @@ typedef struct {
  * naming the variable and what is wrong. */
 int drt_env_load(drt_env_t *env, const char *(*get)(const char *name), drt_error_t *err);
 
+typedef enum { DRT_FLOAT32, DRT_FLOAT64, DRT_BFLOAT16, DRT_FLOAT16, DRT_INT32, DRT_INT64 } drt_dtype_t;
+typedef enum { DRT_SUM, DRT_AVG, DRT_MIN, DRT_MAX } drt_op_t;
+typedef enum { DRT_ALGO_AUTO, DRT_ALGO_FLAT, DRT_ALGO_HIER } drt_algo_t;
+
+typedef struct drt_comm drt_comm_t;
+typedef struct drt_request drt_request_t;
+
+/* Bootstrap from the environment; returns 0 or -1 with err set (a rank
+ * that never arrived, a timeout, a bad variable). Collective: every rank
+ * of the world calls it. */
+int drt_init(drt_comm_t **comm, drt_error_t *err);
+void drt_finalize(drt_comm_t *comm);
+
+/* world, node (ranks on this node) and rail (same local rank, one per node) */
+int drt_rank(const drt_comm_t *c);
+int drt_size(const drt_comm_t *c);
+int drt_local_rank(const drt_comm_t *c);
+int drt_local_size(const drt_comm_t *c);
+int drt_node_rank(const drt_comm_t *c);
+int drt_node_count(const drt_comm_t *c);
+int drt_rail_rank(const drt_comm_t *c);
+int drt_rail_size(const drt_comm_t *c);
+
+/* Choose the allreduce algorithm (the default comes from DDPRT_ALGO). */
+void drt_set_algo(drt_comm_t *c, drt_algo_t algo);
+const char *drt_algo_name(drt_algo_t algo);
+/* 0 on success; "flat", "hier" or "auto"; -1 when unknown */
+int drt_algo_parse(const char *name, drt_algo_t *algo);
+int drt_dtype_parse(const char *name, drt_dtype_t *t);
+
+/* Collectives on host buffers of any alignment. send == recv is in place.
+ * Every rank ends with the same bytes. 16-bit floats are reduced in float32;
+ * integer averages round toward zero. */
+int drt_allreduce(drt_comm_t *c, const void *send, void *recv, size_t count, drt_dtype_t t,
+                  drt_op_t op, drt_error_t *err);
+int drt_broadcast(drt_comm_t *c, void *buf, size_t bytes, int root, drt_error_t *err);
+int drt_barrier(drt_comm_t *c, drt_error_t *err);
+/* recv holds size * bytes: rank r's block at r * bytes */
+int drt_allgather(drt_comm_t *c, const void *send, void *recv, size_t bytes, drt_error_t *err);
+/* send holds size * count elements; rank r receives the reduced block r */
+int drt_reduce_scatter(drt_comm_t *c, const void *send, void *recv, size_t count,
+                       drt_dtype_t t, drt_op_t op, drt_error_t *err);
+
+/* Non-blocking allreduce, run by a progress thread in the order issued;
+ * buffers must stay untouched until drt_wait returns or drt_test says done.
+ * A blocking collective first waits for all outstanding requests. */
+int drt_iallreduce(drt_comm_t *c, const void *send, void *recv, size_t count, drt_dtype_t t,
+                   drt_op_t op, drt_request_t **req, drt_error_t *err);
+int drt_test(drt_request_t *req, int *done, drt_error_t *err);
+int drt_wait(drt_request_t *req, drt_error_t *err); /* frees req */
+
 #ifdef __cplusplus
 }
 #endif

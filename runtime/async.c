@@ -1,0 +1,151 @@
+/* Non-blocking allreduce: a progress thread runs queued requests in the
+ * order issued, so a training loop can compute while gradients travel.
+ * Blocking collectives first wait until the queue is empty, so every rank
+ * sees the same order of operations. */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct drt_request {
+    drt_comm_t *comm;
+    const void *send;
+    void *recv;
+    size_t count;
+    drt_dtype_t dtype;
+    drt_op_t op;
+    int done, rc;
+    drt_error_t err;
+    drt_request_t *next;
+};
+
+static void *progress(void *arg)
+{
+    drt_comm_t *c = arg;
+
+    pthread_mutex_lock(&c->lock);
+    for (;;) {
+        drt_request_t *r;
+        while (!c->queue_head && !c->stopping)
+            pthread_cond_wait(&c->cond, &c->lock);
+        if (!c->queue_head)
+            break;
+        r = c->queue_head;
+        pthread_mutex_unlock(&c->lock);
+        r->rc = coll_allreduce(c, r->send, r->recv, r->count, r->dtype, r->op, &r->err);
+        pthread_mutex_lock(&c->lock);
+        c->queue_head = r->next;
+        if (!c->queue_head)
+            c->queue_tail = NULL;
+        r->done = 1;
+        pthread_cond_broadcast(&c->cond);
+    }
+    pthread_mutex_unlock(&c->lock);
+    return NULL;
+}
+
+int drt_iallreduce(drt_comm_t *c, const void *send, void *recv, size_t count, drt_dtype_t t,
+                   drt_op_t op, drt_request_t **out, drt_error_t *err)
+{
+    drt_request_t *r = calloc(1, sizeof(*r));
+
+    if (!r)
+        return drt_fail(err, "out of memory");
+    *r = (drt_request_t){.comm = c, .send = send, .recv = recv, .count = count, .dtype = t, .op = op};
+    pthread_mutex_lock(&c->lock);
+    if (!c->thread_started) {
+        if (pthread_create(&c->thread, NULL, progress, c) != 0) {
+            pthread_mutex_unlock(&c->lock);
+            free(r);
+            return drt_fail(err, "cannot start the progress thread");
+        }
+        c->thread_started = 1;
+    }
+    if (c->queue_tail)
+        c->queue_tail->next = r;
+    else
+        c->queue_head = r;
+    c->queue_tail = r;
+    pthread_cond_broadcast(&c->cond);
+    pthread_mutex_unlock(&c->lock);
+    *out = r;
+    return 0;
+}
+
+int drt_test(drt_request_t *r, int *done, drt_error_t *err)
+{
+    pthread_mutex_lock(&r->comm->lock);
+    *done = r->done;
+    pthread_mutex_unlock(&r->comm->lock);
+    if (*done && r->rc < 0 && err)
+        *err = r->err;
+    return *done ? r->rc : 0;
+}
+
+int drt_wait(drt_request_t *r, drt_error_t *err)
+{
+    drt_comm_t *c = r->comm;
+    int rc;
+
+    pthread_mutex_lock(&c->lock);
+    while (!r->done)
+        pthread_cond_wait(&c->cond, &c->lock);
+    pthread_mutex_unlock(&c->lock);
+    rc = r->rc;
+    if (rc < 0 && err)
+        *err = r->err;
+    free(r);
+    return rc;
+}
+
+static void drain(drt_comm_t *c)
+{
+    pthread_mutex_lock(&c->lock);
+    while (c->queue_head)
+        pthread_cond_wait(&c->cond, &c->lock);
+    pthread_mutex_unlock(&c->lock);
+}
+
+void drt_async_stop(drt_comm_t *c)
+{
+    if (!c->thread_started)
+        return;
+    pthread_mutex_lock(&c->lock);
+    c->stopping = 1;
+    pthread_cond_broadcast(&c->cond);
+    pthread_mutex_unlock(&c->lock);
+    pthread_join(c->thread, NULL);
+    c->thread_started = 0;
+}
+
+int drt_allreduce(drt_comm_t *c, const void *send, void *recv, size_t count, drt_dtype_t t,
+                  drt_op_t op, drt_error_t *err)
+{
+    drain(c);
+    return coll_allreduce(c, send, recv, count, t, op, err);
+}
+
+int drt_broadcast(drt_comm_t *c, void *buf, size_t bytes, int root, drt_error_t *err)
+{
+    drain(c);
+    return coll_broadcast(c, buf, bytes, root, err);
+}
+
+int drt_allgather(drt_comm_t *c, const void *send, void *recv, size_t bytes, drt_error_t *err)
+{
+    drain(c);
+    return coll_allgather(c, send, recv, bytes, err);
+}
+
+int drt_reduce_scatter(drt_comm_t *c, const void *send, void *recv, size_t count,
+                       drt_dtype_t t, drt_op_t op, drt_error_t *err)
+{
+    drain(c);
+    return coll_reduce_scatter(c, send, recv, count, t, op, err);
+}
+
+int drt_barrier(drt_comm_t *c, drt_error_t *err)
+{
+    drain(c);
+    return coll_barrier(c, err);
+}

@@ -1,0 +1,246 @@
+/* ddp-allreduce-bench: allreduce bandwidth in the style of nccl-tests'
+ * all_reduce_perf. Every iteration's result is checked. */
+#include "ddprt.h"
+
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define USAGE \
+    "Usage: ddp-allreduce-bench [-b MIN] [-e MAX] [-f FACTOR] [--algo flat|hier|auto]\n" \
+    "                           [--dtype float32|float64|bfloat16|float16|int32|int64]\n" \
+    "                           [--op sum|avg|min|max] [-w WARMUP] [-n ITERS]\n" \
+    "Run under srun --ddp-topo=auto or ddp-run. Sizes in bytes (K, M, G suffixes).\n" \
+    "Columns: size, count, type, time (us), algbw and busbw (GB/s; busbw =\n" \
+    "algbw x 2(n-1)/n), #wrong; then the average busbw.\n"
+
+typedef struct {
+    size_t min, max;
+    double factor;
+    int warmup, iters;
+    drt_algo_t algo;
+    drt_dtype_t dtype;
+    drt_op_t op;
+    const char *dtype_name, *op_name;
+} opts_t;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static size_t parse_size(const char *s)
+{
+    char *end;
+    double v = strtod(s, &end);
+
+    if (*end == 'K' || *end == 'k')
+        v *= 1024;
+    else if (*end == 'M' || *end == 'm')
+        v *= 1024 * 1024;
+    else if (*end == 'G' || *end == 'g')
+        v *= 1024.0 * 1024 * 1024;
+    return (size_t)v;
+}
+
+/* Input element i of rank r, and the exact expected result: small integers
+ * that every type (bfloat16 included) holds exactly for up to 8 ranks. */
+static double input(int r, size_t i)
+{
+    return (double)((r + 1) * (int)(i % 7 + 1));
+}
+
+static double expected(const opts_t *o, int n, size_t i)
+{
+    double k = (double)(i % 7 + 1);
+
+    switch (o->op) {
+    case DRT_MIN: return k;
+    case DRT_MAX: return k * n;
+    case DRT_AVG: return o->dtype == DRT_INT32 || o->dtype == DRT_INT64
+                         ? (double)((long)(k * n * (n + 1) / 2) / n) : k * (n + 1) / 2.0;
+    default: return k * n * (n + 1) / 2.0;
+    }
+}
+
+static void store(void *buf, size_t i, drt_dtype_t t, double v)
+{
+    switch (t) {
+    case DRT_FLOAT64: ((double *)buf)[i] = v; break;
+    case DRT_INT32: ((int32_t *)buf)[i] = (int32_t)v; break;
+    case DRT_INT64: ((int64_t *)buf)[i] = (int64_t)v; break;
+    case DRT_BFLOAT16: { float f = (float)v; uint32_t u; memcpy(&u, &f, 4); ((uint16_t *)buf)[i] = (uint16_t)(u >> 16); break; }
+    case DRT_FLOAT16: { /* small integers: exact in half precision */
+        int e = 0; double m = v;
+        uint16_t h = 0;
+        if (v != 0) {
+            while (m >= 2) { m /= 2; e++; }
+            h = (uint16_t)(((e + 15) << 10) | (uint16_t)((m - 1) * 1024));
+        }
+        ((uint16_t *)buf)[i] = h;
+        break;
+    }
+    default: ((float *)buf)[i] = (float)v;
+    }
+}
+
+static double load(const void *buf, size_t i, drt_dtype_t t)
+{
+    switch (t) {
+    case DRT_FLOAT64: return ((const double *)buf)[i];
+    case DRT_INT32: return ((const int32_t *)buf)[i];
+    case DRT_INT64: return (double)((const int64_t *)buf)[i];
+    case DRT_BFLOAT16: { uint32_t u = (uint32_t)((const uint16_t *)buf)[i] << 16; float f; memcpy(&f, &u, 4); return f; }
+    case DRT_FLOAT16: {
+        uint16_t h = ((const uint16_t *)buf)[i];
+        int e = (h >> 10) & 0x1f;
+        return e ? ldexp(1.0 + (h & 0x3ff) / 1024.0, e - 15) : ldexp((h & 0x3ff) / 1024.0, -14);
+    }
+    default: return ((const float *)buf)[i];
+    }
+}
+
+static long check(const opts_t *o, const void *recv, size_t count, int n)
+{
+    long wrong = 0;
+
+    for (size_t i = 0; i < count; i++)
+        wrong += fabs(load(recv, i, o->dtype) - expected(o, n, i)) > 1e-9;
+    return wrong;
+}
+
+static int parse(int argc, char **argv, opts_t *o)
+{
+    static const struct option lo[] = {{"algo", 1, 0, 'a'}, {"dtype", 1, 0, 'd'}, {"op", 1, 0, 'o'},
+                                       {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+    static const char *const ops[] = {"sum", "avg", "min", "max"};
+    int c;
+
+    *o = (opts_t){8, 64 << 20, 2, 5, 20, DRT_ALGO_AUTO, DRT_FLOAT32, DRT_SUM, "float32", "sum"};
+    if (getenv("DDPRT_ALGO"))
+        drt_algo_parse(getenv("DDPRT_ALGO"), &o->algo);
+    while ((c = getopt_long(argc, argv, "b:e:f:w:n:h", lo, NULL)) != -1) {
+        switch (c) {
+        case 'b': o->min = parse_size(optarg); break;
+        case 'e': o->max = parse_size(optarg); break;
+        case 'f': o->factor = atof(optarg); break;
+        case 'w': o->warmup = atoi(optarg); break;
+        case 'n': o->iters = atoi(optarg); break;
+        case 'a':
+            if (drt_algo_parse(optarg, &o->algo) < 0)
+                return fprintf(stderr, "ddp-allreduce-bench: --algo '%s': expected flat, hier or auto\n", optarg), -1;
+            break;
+        case 'd':
+            if (drt_dtype_parse(optarg, &o->dtype) < 0)
+                return fprintf(stderr, "ddp-allreduce-bench: --dtype '%s': expected float32, float64, bfloat16, float16, int32 or int64\n", optarg), -1;
+            o->dtype_name = optarg;
+            break;
+        case 'o':
+            for (c = 0; c < 4 && strcmp(optarg, ops[c]); c++)
+                ;
+            if (c == 4)
+                return fprintf(stderr, "ddp-allreduce-bench: --op '%s': expected sum, avg, min or max\n", optarg), -1;
+            o->op = (drt_op_t)c;
+            o->op_name = optarg;
+            break;
+        case 'h': fputs(USAGE, stdout); exit(0);
+        default: return -1;
+        }
+    }
+    if (o->min < 1 || o->max < o->min || o->factor <= 1 || o->iters < 1 || o->warmup < 0)
+        return fprintf(stderr, "ddp-allreduce-bench: need 1 <= -b <= -e, -f > 1, -n >= 1\n"), -1;
+    return 0;
+}
+
+/* One size: warm up, then time and check each iteration. */
+static int run_size(drt_comm_t *c, const opts_t *o, size_t bytes, double *busbw_sum, int *rows,
+                    drt_error_t *err)
+{
+    size_t esize = bytes / (bytes ? bytes : 1), count;
+    int n = drt_size(c), me = drt_rank(c);
+    double t = 0, tmax;
+    long wrong = 0;
+    void *send, *recv;
+
+    switch (o->dtype) {
+    case DRT_FLOAT64: case DRT_INT64: esize = 8; break;
+    case DRT_BFLOAT16: case DRT_FLOAT16: esize = 2; break;
+    default: esize = 4;
+    }
+    count = bytes / esize;
+    send = malloc(count * esize + 1);
+    recv = malloc(count * esize + 1);
+    if (!send || !recv)
+        return fprintf(stderr, "ddp-allreduce-bench: out of memory at %zu bytes\n", bytes), -1;
+    for (size_t i = 0; i < count; i++)
+        store(send, i, o->dtype, input(me, i));
+    for (int i = 0; i < o->warmup + o->iters; i++) {
+        double t0;
+        if (drt_barrier(c, err) < 0)
+            return -1;
+        t0 = now();
+        if (drt_allreduce(c, send, recv, count, o->dtype, o->op, err) < 0)
+            return -1;
+        if (i >= o->warmup) {
+            t += now() - t0;
+            wrong += check(o, recv, count, n);
+        }
+    }
+    t /= o->iters;
+    tmax = t;
+    if (drt_allreduce(c, &t, &tmax, 1, DRT_FLOAT64, DRT_MAX, err) < 0 ||
+        drt_allreduce(c, &wrong, &wrong, 1, DRT_INT64, DRT_SUM, err) < 0)
+        return -1;
+    if (me == 0) {
+        double algbw = (double)(count * esize) / tmax / 1e9, busbw = algbw * 2.0 * (n - 1) / n;
+        printf("%12zu %12zu %9s %12.1f %11.3f %11.3f %8ld\n", count * esize, count, o->dtype_name,
+               tmax * 1e6, algbw, busbw, wrong);
+        fflush(stdout);
+        *busbw_sum += busbw;
+        (*rows)++;
+    }
+    free(send);
+    free(recv);
+    return wrong ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    opts_t o;
+    drt_comm_t *c;
+    drt_error_t err;
+    double busbw = 0;
+    int rows = 0, bad = 0;
+
+    if (parse(argc, argv, &o) < 0)
+        return 2;
+    if (drt_init(&c, &err) < 0) {
+        fprintf(stderr, "ddp-allreduce-bench: %s\n", err.text);
+        return 1;
+    }
+    drt_set_algo(c, o.algo);
+    if (drt_rank(c) == 0)
+        printf("# ddp-allreduce-bench: %d ranks on %d node%s (%d per node), algo %s, %s, op %s\n"
+               "# %10s %12s %9s %12s %11s %11s %8s\n", drt_size(c), drt_node_count(c),
+               drt_node_count(c) == 1 ? "" : "s", drt_local_size(c), drt_algo_name(o.algo),
+               o.dtype_name, o.op_name, "size(B)", "count", "type", "time(us)", "algbw(GB/s)",
+               "busbw(GB/s)", "#wrong");
+    for (double b = (double)o.min; b <= (double)o.max; b *= o.factor) {
+        int rc = run_size(c, &o, (size_t)b, &busbw, &rows, &err);
+        if (rc < 0) {
+            fprintf(stderr, "ddp-allreduce-bench: rank %d: %s\n", drt_rank(c), err.text);
+            drt_finalize(c);
+            return 1;
+        }
+        bad |= rc;
+    }
+    if (drt_rank(c) == 0)
+        printf("# Avg bus bandwidth    : %.3f GB/s\n", rows ? busbw / rows : 0);
+    drt_finalize(c);
+    return bad ? 3 : 0;
+}

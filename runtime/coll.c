@@ -1,0 +1,281 @@
+/* Ring collectives over a group (world, node or rail) and the allreduce
+ * algorithms built from them:
+ *   flat: reduce-scatter + allgather around the world ring (bandwidth-optimal);
+ *   hier: node reduce-scatter, rail allreduce of each rank's chunk, node
+ *         allgather (needs the same number of ranks on every node);
+ *   auto: the faster of the two for each power-of-two message size, timed on
+ *         first use and agreed on by all ranks.
+ * Position i of a group ends a reduce-scatter owning chunk i. */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    size_t off;   /* bytes */
+    size_t count; /* elements */
+} span_t;
+
+static int grow_scratch(drt_comm_t *c, size_t bytes, drt_error_t *err)
+{
+    unsigned char *p;
+
+    if (bytes <= c->scratch_len)
+        return 0;
+    if (!(p = realloc(c->scratch, bytes)))
+        return drt_fail(err, "out of memory for a %zu-byte reduction buffer", bytes);
+    c->scratch = p;
+    c->scratch_len = bytes;
+    return 0;
+}
+
+static int next_of(const group_t *g)
+{
+    return g->ranks[(g->me + 1) % g->n];
+}
+
+static int prev_of(const group_t *g)
+{
+    return g->ranks[(g->me + g->n - 1) % g->n];
+}
+
+/* count elements split as evenly as possible into n chunks */
+static void balanced(span_t *s, int n, size_t base_off, size_t count, size_t esize)
+{
+    size_t off = base_off;
+
+    for (int i = 0; i < n; i++) {
+        s[i].count = count / (size_t)n + ((size_t)i < count % (size_t)n);
+        s[i].off = off;
+        off += s[i].count * esize;
+    }
+}
+
+static int ring_reduce_scatter(drt_comm_t *c, const group_t *g, unsigned char *buf,
+                               const span_t *s, size_t esize, drt_dtype_t t, drt_op_t op,
+                               drt_error_t *err)
+{
+    int n = g->n;
+
+    for (int step = 0; step < n - 1; step++) {
+        int send = ((g->me - step - 1) % n + n) % n, recv = ((g->me - step - 2) % n + n) % n;
+        if (grow_scratch(c, s[recv].count * esize, err) < 0 ||
+            xfer(c, next_of(g), buf + s[send].off, s[send].count * esize, prev_of(g), c->scratch,
+                 s[recv].count * esize, err) < 0)
+            return -1;
+        drt_reduce(buf + s[recv].off, c->scratch, s[recv].count, t, op);
+    }
+    return 0;
+}
+
+static int ring_allgather(drt_comm_t *c, const group_t *g, unsigned char *buf, const span_t *s,
+                          size_t esize, drt_error_t *err)
+{
+    int n = g->n;
+
+    for (int step = 0; step < n - 1; step++) {
+        int send = ((g->me - step) % n + n) % n, recv = ((g->me - step - 1) % n + n) % n;
+        if (xfer(c, next_of(g), buf + s[send].off, s[send].count * esize, prev_of(g),
+                 buf + s[recv].off, s[recv].count * esize, err) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Allreduce of count elements at buf (aligned, 16-bit floats already widened). */
+static int ring_allreduce(drt_comm_t *c, const group_t *g, unsigned char *buf, size_t off,
+                          size_t count, size_t esize, drt_dtype_t t, drt_op_t op, drt_error_t *err)
+{
+    span_t *s = calloc((size_t)g->n, sizeof(span_t));
+    int rc;
+
+    if (!s)
+        return drt_fail(err, "out of memory");
+    balanced(s, g->n, off, count, esize);
+    rc = g->n < 2 ? 0 : ring_reduce_scatter(c, g, buf, s, esize, t, op, err) < 0 ? -1
+                                                        : ring_allgather(c, g, buf, s, esize, err);
+    free(s);
+    return rc;
+}
+
+static int hier_allreduce(drt_comm_t *c, unsigned char *buf, size_t count, size_t esize,
+                          drt_dtype_t t, drt_op_t op, drt_error_t *err)
+{
+    span_t *s = calloc((size_t)c->node.n, sizeof(span_t));
+    int rc = -1;
+
+    if (!s)
+        return drt_fail(err, "out of memory");
+    balanced(s, c->node.n, 0, count, esize);
+    if ((c->node.n < 2 || ring_reduce_scatter(c, &c->node, buf, s, esize, t, op, err) == 0) &&
+        ring_allreduce(c, &c->rail, buf, s[c->node.me].off, s[c->node.me].count, esize, t, op,
+                       err) == 0 &&
+        (c->node.n < 2 || ring_allgather(c, &c->node, buf, s, esize, err) == 0))
+        rc = 0;
+    free(s);
+    return rc;
+}
+
+static int run(drt_comm_t *c, drt_algo_t a, unsigned char *buf, size_t count, size_t esize,
+               drt_dtype_t t, drt_op_t op, drt_error_t *err)
+{
+    if (a == DRT_ALGO_HIER && c->uniform)
+        return hier_allreduce(c, buf, count, esize, t, op, err);
+    return ring_allreduce(c, &c->world, buf, 0, count, esize, t, op, err);
+}
+
+/* First message of a size class: time both on the same data, agree on the
+ * slower rank's view (the max), remember, and keep the second result. */
+static int pick_and_run(drt_comm_t *c, unsigned char *buf, size_t count, size_t esize,
+                        drt_dtype_t t, drt_op_t op, drt_error_t *err)
+{
+    size_t bytes = count * esize;
+    int bucket = 0;
+    double times[2];
+    unsigned char *copy;
+
+    while (bucket < 63 && ((size_t)1 << (bucket + 1)) <= bytes)
+        bucket++;
+    if (!c->uniform || c->algo != DRT_ALGO_AUTO || c->choice[bucket] >= 0)
+        return run(c, !c->uniform ? DRT_ALGO_FLAT
+                      : c->algo != DRT_ALGO_AUTO ? c->algo : (drt_algo_t)c->choice[bucket],
+                   buf, count, esize, t, op, err);
+    if (!(copy = malloc(bytes ? bytes : 1)))
+        return drt_fail(err, "out of memory for a %zu-byte trial buffer", bytes);
+    memcpy(copy, buf, bytes);
+    times[0] = drt_now();
+    if (run(c, DRT_ALGO_FLAT, copy, count, esize, t, op, err) < 0)
+        goto fail;
+    times[0] = drt_now() - times[0];
+    times[1] = drt_now();
+    if (run(c, DRT_ALGO_HIER, buf, count, esize, t, op, err) < 0)
+        goto fail;
+    times[1] = drt_now() - times[1];
+    free(copy);
+    if (ring_allreduce(c, &c->world, (unsigned char *)times, 0, 2, sizeof(double), DRT_FLOAT64,
+                       DRT_MAX, err) < 0)
+        return -1;
+    c->choice[bucket] = (signed char)(times[1] < times[0] ? DRT_ALGO_HIER : DRT_ALGO_FLAT);
+    return 0;
+fail:
+    free(copy);
+    return -1;
+}
+
+/* The working buffer: recv itself when aligned for the type, else a copy;
+ * 16-bit floats always widen to float32. */
+int coll_allreduce(drt_comm_t *c, const void *send, void *recv, size_t count, drt_dtype_t t,
+                   drt_op_t op, drt_error_t *err)
+{
+    size_t esize = drt_dtype_size(t);
+    int half = t == DRT_BFLOAT16 || t == DRT_FLOAT16, rc;
+    size_t wsize = half ? sizeof(float) : esize;
+    unsigned char *work = recv;
+
+    if (!esize)
+        return drt_fail(err, "allreduce: unknown data type %d", (int)t);
+    c->seq++;
+    if (half || ((uintptr_t)recv % esize) != 0) {
+        if (!(work = aligned_alloc(64, ((count * wsize) / 64 + 1) * 64)))
+            return drt_fail(err, "out of memory for %zu elements", count);
+    }
+    if (half)
+        drt_to_f32((float *)work, send, count, t);
+    else if (work != send)
+        memmove(work, send, count * esize);
+    rc = pick_and_run(c, work, count, wsize, half ? DRT_FLOAT32 : t, op, err);
+    if (rc == 0 && op == DRT_AVG)
+        drt_scale_avg(work, count, half ? DRT_FLOAT32 : t, c->size);
+    if (rc == 0 && half)
+        drt_from_f32(recv, (float *)work, count, t);
+    else if (rc == 0 && work != (unsigned char *)recv)
+        memcpy(recv, work, count * esize);
+    if (work != (unsigned char *)recv)
+        free(work);
+    return rc;
+}
+
+int coll_broadcast(drt_comm_t *c, void *buf, size_t bytes, int root, drt_error_t *err)
+{
+    const group_t *g = &c->world;
+    const size_t seg = 1 << 20;
+    size_t nseg = (bytes + seg - 1) / seg;
+    int pos = 0, r;
+
+    if (root < 0 || root >= c->size)
+        return drt_fail(err, "broadcast: root %d is not a rank (0-%d)", root, c->size - 1);
+    for (int i = 0; i < g->n; i++)
+        pos = g->ranks[i] == root ? i : pos;
+    r = (g->me - pos + g->n) % g->n;
+    c->seq++;
+    /* pipeline: pass segment k-1 on while segment k arrives */
+    for (size_t k = 0; k <= nseg && g->n > 1; k++) {
+        size_t so = (k - 1) * seg, ro = k * seg;
+        int sending = k >= 1 && r < g->n - 1, receiving = k < nseg && r > 0;
+        if (xfer(c, sending ? next_of(g) : -1, (unsigned char *)buf + so,
+                 sending ? (bytes - so < seg ? bytes - so : seg) : 0, receiving ? prev_of(g) : -1,
+                 (unsigned char *)buf + ro, receiving ? (bytes - ro < seg ? bytes - ro : seg) : 0,
+                 err) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+int coll_allgather(drt_comm_t *c, const void *send, void *recv, size_t bytes, drt_error_t *err)
+{
+    span_t *s = calloc((size_t)c->size, sizeof(span_t));
+    int rc;
+
+    if (!s)
+        return drt_fail(err, "out of memory");
+    for (int i = 0; i < c->world.n; i++)
+        s[i] = (span_t){(size_t)c->world.ranks[i] * bytes, bytes};
+    c->seq++;
+    memmove((unsigned char *)recv + (size_t)c->rank * bytes, send, bytes);
+    rc = ring_allgather(c, &c->world, recv, s, 1, err);
+    free(s);
+    return rc;
+}
+
+int coll_reduce_scatter(drt_comm_t *c, const void *send, void *recv, size_t count,
+                       drt_dtype_t t, drt_op_t op, drt_error_t *err)
+{
+    size_t esize = drt_dtype_size(t), total = count * (size_t)c->size;
+    int half = t == DRT_BFLOAT16 || t == DRT_FLOAT16, rc;
+    size_t wsize = half ? sizeof(float) : esize;
+    drt_dtype_t wt = half ? DRT_FLOAT32 : t;
+    span_t *s = calloc((size_t)c->size, sizeof(span_t));
+    unsigned char *work = aligned_alloc(64, ((total * wsize) / 64 + 1) * 64);
+
+    if (!s || !work || !esize) {
+        free(s);
+        free(work);
+        return drt_fail(err, esize ? "out of memory" : "reduce_scatter: unknown data type");
+    }
+    if (half)
+        drt_to_f32((float *)work, send, total, t);
+    else
+        memcpy(work, send, total * esize);
+    for (int i = 0; i < c->world.n; i++)
+        s[i] = (span_t){(size_t)c->world.ranks[i] * count * wsize, count};
+    c->seq++;
+    rc = ring_reduce_scatter(c, &c->world, work, s, wsize, wt, op, err);
+    if (rc == 0 && op == DRT_AVG)
+        drt_scale_avg(work + (size_t)c->rank * count * wsize, count, wt, c->size);
+    if (rc == 0 && half)
+        drt_from_f32(recv, (float *)(work + (size_t)c->rank * count * wsize), count, t);
+    else if (rc == 0)
+        memcpy(recv, work + (size_t)c->rank * count * esize, count * esize);
+    free(s);
+    free(work);
+    return rc;
+}
+
+int coll_barrier(drt_comm_t *c, drt_error_t *err)
+{
+    int32_t one = 1;
+
+    c->seq++;
+    return ring_allreduce(c, &c->world, (unsigned char *)&one, 0, 1, sizeof(one), DRT_INT32,
+                          DRT_SUM, err);
+}

@@ -1,0 +1,192 @@
+/* Communicator life cycle and queries. */
+#include "internal.h"
+
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define DEFAULT_TIMEOUT 300.0
+
+int drt_fail(drt_error_t *err, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (err) {
+        va_start(ap, fmt);
+        vsnprintf(err->text, sizeof(err->text), fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+void drt_log(const drt_comm_t *c, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (!c->verbose)
+        return;
+    fprintf(stderr, "ddprt: rank %d: ", c->rank);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+double drt_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static const char *env_get(const char *name)
+{
+    return getenv(name);
+}
+
+static int parse_secret(drt_comm_t *c, drt_error_t *err)
+{
+    const char *s = getenv("DDPRT_SECRET");
+
+    if (!s || strlen(s) != 2 * DRT_SECRET_LEN)
+        return drt_fail(err, "DDPRT_SECRET is %s (64 hex digits; launchers set it: srun "
+                        "--ddp-topo, ddp-run)", s ? "malformed" : "not set");
+    for (int i = 0; i < DRT_SECRET_LEN; i++) {
+        unsigned v;
+        if (!isxdigit((unsigned char)s[2 * i]) || !isxdigit((unsigned char)s[2 * i + 1]) ||
+            sscanf(s + 2 * i, "%2x", &v) != 1)
+            return drt_fail(err, "DDPRT_SECRET is malformed (64 hex digits)");
+        c->secret[i] = (unsigned char)v;
+    }
+    return 0;
+}
+
+static int parse_settings(drt_comm_t *c, drt_error_t *err)
+{
+    const char *t = getenv("DDPRT_TIMEOUT"), *a = getenv("DDPRT_ALGO"), *v = getenv("DDPRT_VERBOSE");
+    char *end;
+
+    c->timeout = DEFAULT_TIMEOUT;
+    if (t) {
+        c->timeout = strtod(t, &end);
+        if (end == t || *end || c->timeout <= 0)
+            return drt_fail(err, "DDPRT_TIMEOUT='%.40s' is not a positive number of seconds", t);
+    }
+    if (a && drt_algo_parse(a, &c->algo) < 0)
+        return drt_fail(err, "DDPRT_ALGO='%.40s' is not flat, hier or auto", a);
+    c->verbose = v && *v && strcmp(v, "0");
+    memset(c->choice, -1, sizeof(c->choice));
+    return 0;
+}
+
+static int alloc_tables(drt_comm_t *c)
+{
+    size_t n = (size_t)c->size;
+
+    c->node_of = calloc(n, sizeof(int));
+    c->local_of = calloc(n, sizeof(int));
+    c->chan = calloc(n, sizeof(chan_t));
+    c->world.ranks = calloc(n, sizeof(int));
+    c->node.ranks = calloc(n, sizeof(int));
+    c->rail.ranks = calloc(n, sizeof(int));
+    return c->node_of && c->local_of && c->chan && c->world.ranks && c->node.ranks &&
+           c->rail.ranks ? 0 : -1;
+}
+
+int drt_init(drt_comm_t **out, drt_error_t *err)
+{
+    drt_comm_t *c = calloc(1, sizeof(*c));
+
+    *out = NULL;
+    if (!c)
+        return drt_fail(err, "out of memory");
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_cond_init(&c->cond, NULL);
+    if (drt_env_load(&c->env, env_get, err) < 0 || parse_secret(c, err) < 0 ||
+        parse_settings(c, err) < 0)
+        goto fail;
+    c->rank = (int)c->env.rank;
+    c->size = (int)c->env.world_size;
+    if (alloc_tables(c) < 0) {
+        drt_fail(err, "out of memory for %d ranks", c->size);
+        goto fail;
+    }
+    if (boot_exchange(c, err) < 0 || shm_attach(c, err) < 0)
+        goto fail;
+    *out = c;
+    return 0;
+fail:
+    drt_finalize(c);
+    return -1;
+}
+
+void drt_finalize(drt_comm_t *c)
+{
+    if (!c)
+        return;
+    drt_async_stop(c);
+    for (int r = 0; c->chan && r < c->size; r++)
+        if (c->chan[r].fd >= 0 && c->chan[r].peer == r)
+            close(c->chan[r].fd);
+    shm_detach(c);
+    free(c->node_of);
+    free(c->local_of);
+    free(c->chan);
+    free(c->world.ranks);
+    free(c->node.ranks);
+    free(c->rail.ranks);
+    free(c->scratch);
+    pthread_mutex_destroy(&c->lock);
+    pthread_cond_destroy(&c->cond);
+    free(c);
+}
+
+int drt_rank(const drt_comm_t *c) { return c->rank; }
+int drt_size(const drt_comm_t *c) { return c->size; }
+int drt_local_rank(const drt_comm_t *c) { return c->node.me; }
+int drt_local_size(const drt_comm_t *c) { return c->node.n; }
+int drt_node_rank(const drt_comm_t *c) { return c->node_of[c->rank]; }
+int drt_node_count(const drt_comm_t *c) { return c->nnodes; }
+int drt_rail_rank(const drt_comm_t *c) { return c->rail.me; }
+int drt_rail_size(const drt_comm_t *c) { return c->rail.n; }
+
+void drt_set_algo(drt_comm_t *c, drt_algo_t algo)
+{
+    c->algo = algo;
+}
+
+const char *drt_algo_name(drt_algo_t algo)
+{
+    return algo == DRT_ALGO_FLAT ? "flat" : algo == DRT_ALGO_HIER ? "hier" : "auto";
+}
+
+int drt_algo_parse(const char *name, drt_algo_t *algo)
+{
+    static const drt_algo_t all[] = {DRT_ALGO_AUTO, DRT_ALGO_FLAT, DRT_ALGO_HIER};
+
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(name, drt_algo_name(all[i]))) {
+            *algo = all[i];
+            return 0;
+        }
+    return -1;
+}
+
+int drt_dtype_parse(const char *name, drt_dtype_t *t)
+{
+    static const char *const names[] = {[DRT_FLOAT32] = "float32", [DRT_FLOAT64] = "float64",
+                                        [DRT_BFLOAT16] = "bfloat16", [DRT_FLOAT16] = "float16",
+                                        [DRT_INT32] = "int32", [DRT_INT64] = "int64"};
+
+    for (int i = 0; i < 6; i++)
+        if (!strcmp(name, names[i])) {
+            *t = (drt_dtype_t)i;
+            return 0;
+        }
+    return -1;
+}

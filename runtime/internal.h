@@ -1,0 +1,109 @@
+/* libddprt internals: the communicator, its channels and the helpers the
+ * source files share. Not installed; the library exports only drt_*. */
+#ifndef DDPRT_INTERNAL_H
+#define DDPRT_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "ddprt.h"
+
+#define DRT_SECRET_LEN 32        /* bytes of the per-job secret */
+#define DRT_MAGIC 0x64647274u    /* "ddrt" */
+#define DRT_SHM_RING (1u << 20)  /* bytes of one shared-memory ring */
+
+/* A one-way shared-memory ring between two ranks of a node. */
+typedef struct {
+    _Alignas(64) volatile uint64_t head; /* bytes consumed */
+    _Alignas(64) volatile uint64_t tail; /* bytes produced */
+    _Alignas(64) unsigned char data[DRT_SHM_RING];
+} shm_ring_t;
+
+/* How this rank reaches one peer: TCP to other nodes, rings within a node. */
+typedef struct {
+    int peer;
+    int fd;             /* TCP socket, -1 when on this node */
+    shm_ring_t *tx, *rx;
+    pid_t pid;          /* the peer's process, same node only */
+} chan_t;
+
+/* Ranks that run a ring together (world, node or rail), in ring order. */
+typedef struct {
+    int n, me;          /* members, my position */
+    int *ranks;
+} group_t;
+
+typedef struct shm shm_t;
+
+struct drt_comm {
+    drt_env_t env;
+    int rank, size;
+    int *node_of, *local_of;  /* per rank */
+    int uniform;              /* every node runs the same number of ranks */
+    int nnodes;
+    group_t world, node, rail;
+    chan_t *chan;             /* per rank; chan[rank].peer < 0 when unused */
+    shm_t *shm;
+    double timeout;           /* seconds */
+    uint64_t seq;             /* collectives issued, for error messages */
+    drt_algo_t algo;
+    int verbose;
+    unsigned char secret[DRT_SECRET_LEN];
+    unsigned char *scratch;   /* reduction buffer */
+    size_t scratch_len;
+    signed char choice[64];   /* auto: per log2(bytes) bucket, -1 unknown */
+    /* progress thread for non-blocking collectives */
+    pthread_t thread;
+    int thread_started, stopping;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    drt_request_t *queue_head, *queue_tail;
+};
+
+/* errors: format into err, return -1 */
+int drt_fail(drt_error_t *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void drt_log(const drt_comm_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+double drt_now(void);
+
+/* net.c: TCP */
+int net_listen(int port, int *out_port, drt_error_t *err);
+int net_connect(const char *host, int port, double deadline, drt_error_t *err);
+int net_accept(int lfd, double deadline, drt_error_t *err);
+int net_send_all(int fd, const void *buf, size_t len, double deadline);
+int net_recv_all(int fd, void *buf, size_t len, double deadline);
+void net_tune(int fd);
+int net_secret_equal(const unsigned char *a, const unsigned char *b);
+
+/* boot.c: who is where, and the connections */
+int boot_exchange(drt_comm_t *c, drt_error_t *err);
+
+/* shm.c */
+int shm_attach(drt_comm_t *c, drt_error_t *err);
+void shm_detach(drt_comm_t *c);
+
+/* xfer.c: move bytes to one peer while receiving from another */
+int xfer(drt_comm_t *c, int to, const void *sbuf, size_t slen, int from, void *rbuf,
+         size_t rlen, drt_error_t *err);
+
+/* reduce.c */
+size_t drt_dtype_size(drt_dtype_t t);
+void drt_reduce(void *acc, const void *in, size_t count, drt_dtype_t t, drt_op_t op);
+void drt_scale_avg(void *buf, size_t count, drt_dtype_t t, int n);
+void drt_to_f32(float *out, const void *in, size_t count, drt_dtype_t t);
+void drt_from_f32(void *out, const float *in, size_t count, drt_dtype_t t);
+
+/* coll.c: the collectives; the public drt_* wrappers (async.c) first wait
+ * for outstanding non-blocking requests */
+int coll_allreduce(drt_comm_t *c, const void *send, void *recv, size_t count, drt_dtype_t t,
+                   drt_op_t op, drt_error_t *err);
+int coll_broadcast(drt_comm_t *c, void *buf, size_t bytes, int root, drt_error_t *err);
+int coll_allgather(drt_comm_t *c, const void *send, void *recv, size_t bytes, drt_error_t *err);
+int coll_reduce_scatter(drt_comm_t *c, const void *send, void *recv, size_t count,
+                        drt_dtype_t t, drt_op_t op, drt_error_t *err);
+int coll_barrier(drt_comm_t *c, drt_error_t *err);
+
+/* async.c */
+void drt_async_stop(drt_comm_t *c);
+
+#endif

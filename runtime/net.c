@@ -1,0 +1,177 @@
+/* TCP helpers with deadlines: nothing here blocks past the caller's time. */
+#define _GNU_SOURCE
+#include "internal.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SOCKBUF (4 << 20)
+
+static int wait_fd(int fd, short events, double deadline)
+{
+    struct pollfd p = {.fd = fd, .events = events};
+
+    for (;;) {
+        double left = deadline - drt_now();
+        int rc;
+        if (left <= 0)
+            return 0;
+        rc = poll(&p, 1, left > 1 ? 1000 : (int)(left * 1000) + 1);
+        if (rc > 0)
+            return 1;
+        if (rc < 0 && errno != EINTR)
+            return -1;
+    }
+}
+
+void net_tune(int fd)
+{
+    int one = 1, size = SOCKBUF;
+
+    /* small messages must not wait for Nagle; large ones need big windows */
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+int net_listen(int port, int *out_port, drt_error_t *err)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_ANY)};
+    socklen_t len = sizeof(a);
+    int one = 1, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    if (fd < 0)
+        return drt_fail(err, "cannot create a socket: %s", strerror(errno));
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, 1024) < 0) {
+        int e = errno;
+        close(fd);
+        return drt_fail(err, "cannot listen on port %d: %s%s", port, strerror(e),
+                        e == EADDRINUSE ? " (another job on this node? set MASTER_PORT)" : "");
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    getsockname(fd, (struct sockaddr *)&a, &len);
+    if (out_port)
+        *out_port = ntohs(a.sin_port);
+    return fd;
+}
+
+static int try_connect(const struct addrinfo *ai, double deadline)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), e = 0;
+    socklen_t len = sizeof(e);
+
+    if (fd < 0)
+        return -1;
+    if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
+        return fd;
+    if (errno == EINPROGRESS && wait_fd(fd, POLLOUT, deadline) > 0 &&
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &len) == 0 && e == 0)
+        return fd;
+    close(fd);
+    return -1;
+}
+
+/* Retry with backoff until the deadline: the listener may start last. */
+int net_connect(const char *host, int port, double deadline, drt_error_t *err)
+{
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai;
+    char service[16];
+    double backoff = 0.01;
+    int rc;
+
+    snprintf(service, sizeof(service), "%d", port);
+    if ((rc = getaddrinfo(host, service, &hints, &ai)) != 0)
+        return drt_fail(err, "cannot resolve '%s': %s", host, gai_strerror(rc));
+    for (;;) {
+        double step = drt_now() + 1.0 < deadline ? drt_now() + 1.0 : deadline;
+        int fd = try_connect(ai, step);
+        if (fd >= 0) {
+            freeaddrinfo(ai);
+            net_tune(fd);
+            return fd;
+        }
+        if (drt_now() + backoff >= deadline)
+            break;
+        struct timespec ts = {0, (long)(backoff * 1e9)};
+        nanosleep(&ts, NULL);
+        backoff = backoff < 0.5 ? backoff * 2 : 0.5;
+    }
+    freeaddrinfo(ai);
+    return drt_fail(err, "cannot connect to %s:%d", host, port);
+}
+
+int net_accept(int lfd, double deadline, drt_error_t *err)
+{
+    for (;;) {
+        int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd >= 0) {
+            net_tune(fd);
+            return fd;
+        }
+        if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+            return drt_fail(err, "accept failed: %s", strerror(errno));
+        if (wait_fd(lfd, POLLIN, deadline) <= 0)
+            return drt_fail(err, "timed out");
+    }
+}
+
+int net_send_all(int fd, const void *buf, size_t len, double deadline)
+{
+    const char *p = buf;
+
+    while (len) {
+        ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+        if (n > 0) {
+            p += n;
+            len -= (size_t)n;
+        } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+            if (wait_fd(fd, POLLOUT, deadline) <= 0)
+                return -1;
+        } else {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int net_recv_all(int fd, void *buf, size_t len, double deadline)
+{
+    char *p = buf;
+
+    while (len) {
+        ssize_t n = recv(fd, p, len, 0);
+        if (n > 0) {
+            p += n;
+            len -= (size_t)n;
+        } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+            if (wait_fd(fd, POLLIN, deadline) <= 0)
+                return -1;
+        } else {
+            return -1; /* EOF or error */
+        }
+    }
+    return 0;
+}
+
+int net_secret_equal(const unsigned char *a, const unsigned char *b)
+{
+    unsigned char d = 0;
+
+    /* constant time: a wrong guess learns nothing from the timing */
+    for (int i = 0; i < DRT_SECRET_LEN; i++)
+        d |= a[i] ^ b[i];
+    return d == 0;
+}

@@ -1,0 +1,135 @@
+/* Send to one peer while receiving from another, over TCP or a node's
+ * shared-memory rings, until both are done. A peer that dies or stops
+ * answering for the timeout ends the wait with an error naming it. */
+#define _GNU_SOURCE
+#include "internal.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+static size_t ring_write(shm_ring_t *r, const unsigned char *p, size_t len)
+{
+    uint64_t head = __atomic_load_n(&r->head, __ATOMIC_ACQUIRE), tail = r->tail;
+    size_t space = DRT_SHM_RING - (size_t)(tail - head), off = (size_t)(tail % DRT_SHM_RING);
+    size_t n = len < space ? len : space, first = n < DRT_SHM_RING - off ? n : DRT_SHM_RING - off;
+
+    memcpy(r->data + off, p, first);
+    memcpy(r->data, p + first, n - first);
+    __atomic_store_n(&r->tail, tail + n, __ATOMIC_RELEASE);
+    return n;
+}
+
+static size_t ring_read(shm_ring_t *r, unsigned char *p, size_t len)
+{
+    uint64_t tail = __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE), head = r->head;
+    size_t avail = (size_t)(tail - head), off = (size_t)(head % DRT_SHM_RING);
+    size_t n = len < avail ? len : avail, first = n < DRT_SHM_RING - off ? n : DRT_SHM_RING - off;
+
+    memcpy(p, r->data + off, first);
+    memcpy(p + first, r->data, n - first);
+    __atomic_store_n(&r->head, head + n, __ATOMIC_RELEASE);
+    return n;
+}
+
+typedef struct {
+    chan_t *ch;
+    unsigned char *buf;
+    size_t len, done;
+    int sending;
+} side_t;
+
+/* One non-blocking step on one side: bytes moved, or -1 when the peer is gone. */
+static ssize_t step(side_t *s)
+{
+    size_t left = s->len - s->done;
+    ssize_t n;
+
+    if (left == 0)
+        return 0;
+    if (s->ch->fd < 0)
+        n = (ssize_t)(s->sending ? ring_write(s->ch->tx, s->buf + s->done, left)
+                                 : ring_read(s->ch->rx, s->buf + s->done, left));
+    else if (s->sending)
+        n = send(s->ch->fd, s->buf + s->done, left, MSG_NOSIGNAL | MSG_DONTWAIT);
+    else
+        n = recv(s->ch->fd, s->buf + s->done, left, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return 0;
+    if (n < 0 || (n == 0 && s->ch->fd >= 0 && !s->sending))
+        return -1;
+    s->done += (size_t)n;
+    return n;
+}
+
+static int peer_dead(const chan_t *ch)
+{
+    return ch->fd < 0 && ch->pid > 0 && kill(ch->pid, 0) < 0 && errno == ESRCH;
+}
+
+/* Nothing moved: sleep on the sockets when only sockets are pending, else
+ * yield to the other local ranks (there may be more ranks than cores). */
+static void idle(const side_t *s, int spins)
+{
+    struct pollfd p[2];
+    int n = 0, shm = 0;
+
+    for (int i = 0; i < 2; i++) {
+        if (!s[i].ch || s[i].done == s[i].len)
+            continue;
+        if (s[i].ch->fd < 0)
+            shm = 1;
+        else
+            p[n++] = (struct pollfd){.fd = s[i].ch->fd, .events = s[i].sending ? POLLOUT : POLLIN};
+    }
+    if (!shm) {
+        poll(p, (nfds_t)n, 10);
+    } else if (spins < 1000) {
+        sched_yield();
+    } else {
+        struct timespec ts = {0, 20000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+int xfer(drt_comm_t *c, int to, const void *sbuf, size_t slen, int from, void *rbuf,
+         size_t rlen, drt_error_t *err)
+{
+    side_t s[2] = {{to >= 0 ? &c->chan[to] : NULL, (unsigned char *)sbuf, to >= 0 ? slen : 0, 0, 1},
+                   {from >= 0 ? &c->chan[from] : NULL, rbuf, from >= 0 ? rlen : 0, 0, 0}};
+    double last = drt_now();
+    int spins = 0;
+
+    while (s[0].done < s[0].len || s[1].done < s[1].len) {
+        ssize_t moved = 0;
+        for (int i = 0; i < 2; i++) {
+            ssize_t n = s[i].ch ? step(&s[i]) : 0;
+            if (n < 0)
+                return drt_fail(err, "rank %d %s during collective #%llu (rank %d died?)",
+                                s[i].ch->peer, s[i].sending ? "stopped receiving"
+                                : "closed its connection", (unsigned long long)c->seq,
+                                s[i].ch->peer);
+            moved += n;
+        }
+        if (moved) {
+            last = drt_now();
+            spins = 0;
+            continue;
+        }
+        for (int i = 0; i < 2; i++)
+            if (s[i].ch && s[i].done < s[i].len && peer_dead(s[i].ch))
+                return drt_fail(err, "rank %d (pid %d on this node) died during collective #%llu",
+                                s[i].ch->peer, (int)s[i].ch->pid, (unsigned long long)c->seq);
+        if (drt_now() - last > c->timeout) {
+            int who = s[1].done < s[1].len ? s[1].ch->peer : s[0].ch->peer;
+            return drt_fail(err, "rank %d did not answer for %.0f s during collective #%llu "
+                            "(DDPRT_TIMEOUT)", who, c->timeout, (unsigned long long)c->seq);
+        }
+        idle(s, spins++);
+    }
+    return 0;
+}
