@@ -91,6 +91,16 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
     return ctx == S_CTX_REMOTE ? ddp_remote_init(ac, av) : ddp_local_init(ac, av);
 }
 
+int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
+{
+    spank_context_t ctx = spank_context();
+
+    (void)sp;
+    (void)ac;
+    (void)av;
+    return ctx == S_CTX_LOCAL || ctx == S_CTX_ALLOCATOR ? ddp_local_post_opt() : 0;
+}
+
 int slurm_spank_user_init(spank_t sp, int ac, char **av)
 {
     (void)ac;

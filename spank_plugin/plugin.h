@@ -54,6 +54,7 @@ extern unsigned ddp_bind_value;
 
 /* local.c: srun, sbatch, salloc */
 int ddp_local_init(int ac, char **av);
+int ddp_local_post_opt(void);
 
 /* remote.c: slurmstepd */
 int ddp_remote_init(int ac, char **av);
