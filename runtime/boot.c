@@ -278,7 +278,10 @@ int boot_exchange(drt_comm_t *c, drt_error_t *err)
         c->node_of[r] = (int)tab[r].node;
         c->local_of[r] = (int)tab[r].local;
         c->chan[r] = (chan_t){.peer = r, .fd = -1, .pid = (pid_t)tab[r].pid};
+        c->ep_ip[r] = tab[r].ip;
+        c->ep_port[r] = tab[r].port;
     }
+    notice_open(c, port);
     build_groups(c);
     rc = connect_peers(c, lfd, tab, err);
 out:

@@ -94,8 +94,10 @@ static int alloc_tables(drt_comm_t *c)
     c->world.ranks = calloc(n, sizeof(int));
     c->node.ranks = calloc(n, sizeof(int));
     c->rail.ranks = calloc(n, sizeof(int));
+    c->ep_ip = calloc(n, sizeof(uint32_t));
+    c->ep_port = calloc(n, sizeof(uint32_t));
     return c->node_of && c->local_of && c->chan && c->world.ranks && c->node.ranks &&
-           c->rail.ranks ? 0 : -1;
+           c->rail.ranks && c->ep_ip && c->ep_port ? 0 : -1;
 }
 
 int drt_init(drt_comm_t **out, drt_error_t *err)
@@ -105,6 +107,7 @@ int drt_init(drt_comm_t **out, drt_error_t *err)
     *out = NULL;
     if (!c)
         return drt_fail(err, "out of memory");
+    c->notice_fd = -1;
     pthread_mutex_init(&c->lock, NULL);
     pthread_cond_init(&c->cond, NULL);
     if (drt_env_load(&c->env, env_get, err) < 0 || parse_secret(c, err) < 0 ||
@@ -134,6 +137,10 @@ void drt_finalize(drt_comm_t *c)
         if (c->chan[r].fd >= 0 && c->chan[r].peer == r)
             close(c->chan[r].fd);
     shm_detach(c);
+    if (c->notice_fd >= 0)
+        close(c->notice_fd);
+    free(c->ep_ip);
+    free(c->ep_port);
     free(c->node_of);
     free(c->local_of);
     free(c->chan);

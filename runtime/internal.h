@@ -44,6 +44,8 @@ struct drt_comm {
     int nnodes;
     group_t world, node, rail;
     chan_t *chan;             /* per rank; chan[rank].peer < 0 when unused */
+    uint32_t *ep_ip, *ep_port; /* per rank: where its notices go (UDP) */
+    int notice_fd;            /* UDP socket for abort notices, -1 when none */
     shm_t *shm;
     double timeout;           /* seconds */
     uint64_t seq;             /* collectives issued, for error messages */
@@ -77,6 +79,12 @@ int net_secret_equal(const unsigned char *a, const unsigned char *b);
 
 /* boot.c: who is where, and the connections */
 int boot_exchange(drt_comm_t *c, drt_error_t *err);
+
+/* notice.c: when a rank sees a peer die it tells every rank at once, so
+ * all fail naming the rank that died, not the neighbour that gave up */
+void notice_open(drt_comm_t *c, int port);
+void notice_send(drt_comm_t *c, int dead);
+int notice_check(drt_comm_t *c, drt_error_t *err);
 
 /* shm.c */
 int shm_attach(drt_comm_t *c, drt_error_t *err);

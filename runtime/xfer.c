@@ -108,11 +108,15 @@ int xfer(drt_comm_t *c, int to, const void *sbuf, size_t slen, int from, void *r
         ssize_t moved = 0;
         for (int i = 0; i < 2; i++) {
             ssize_t n = s[i].ch ? step(&s[i]) : 0;
-            if (n < 0)
+            if (n < 0 && notice_check(c, err) < 0)
+                return -1; /* someone else saw the root cause first */
+            if (n < 0) {
+                notice_send(c, s[i].ch->peer);
                 return drt_fail(err, "rank %d %s during collective #%llu (rank %d died?)",
                                 s[i].ch->peer, s[i].sending ? "stopped receiving"
                                 : "closed its connection", (unsigned long long)c->seq,
                                 s[i].ch->peer);
+            }
             moved += n;
         }
         if (moved) {
@@ -121,9 +125,13 @@ int xfer(drt_comm_t *c, int to, const void *sbuf, size_t slen, int from, void *r
             continue;
         }
         for (int i = 0; i < 2; i++)
-            if (s[i].ch && s[i].done < s[i].len && peer_dead(s[i].ch))
+            if (s[i].ch && s[i].done < s[i].len && peer_dead(s[i].ch)) {
+                notice_send(c, s[i].ch->peer);
                 return drt_fail(err, "rank %d (pid %d on this node) died during collective #%llu",
                                 s[i].ch->peer, (int)s[i].ch->pid, (unsigned long long)c->seq);
+            }
+        if (spins % 64 == 0 && notice_check(c, err) < 0) /* a syscall: not every spin */
+            return -1;
         if (drt_now() - last > c->timeout) {
             int who = s[1].done < s[1].len ? s[1].ch->peer : s[0].ch->peer;
             return drt_fail(err, "rank %d did not answer for %.0f s during collective #%llu "

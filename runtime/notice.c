@@ -1,0 +1,62 @@
+/* Abort notices: a small UDP datagram (with the job's secret) sent to every
+ * rank's data port when a rank sees a peer die. Without it, a rank whose
+ * neighbour gave up would blame that neighbour; with it, every survivor
+ * names the rank that died and the collective it died in. Best effort: the
+ * timeout and broken connections still end every wait. */
+#include "internal.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+typedef struct {
+    uint32_t magic;
+    unsigned char secret[DRT_SECRET_LEN];
+    uint32_t dead, reporter;
+    uint64_t seq;
+} notice_t;
+
+void notice_open(drt_comm_t *c, int port)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_ANY)};
+
+    c->notice_fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (c->notice_fd >= 0 && bind(c->notice_fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+        close(c->notice_fd);
+        c->notice_fd = -1;
+    }
+}
+
+void notice_send(drt_comm_t *c, int dead)
+{
+    notice_t n = {.magic = DRT_MAGIC, .dead = (uint32_t)dead, .reporter = (uint32_t)c->rank,
+                  .seq = c->seq};
+
+    if (c->notice_fd < 0 || !c->ep_ip)
+        return;
+    memcpy(n.secret, c->secret, DRT_SECRET_LEN);
+    for (int r = 0; r < c->size; r++) {
+        struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)c->ep_port[r]),
+                                 .sin_addr.s_addr = c->ep_ip[r]};
+        if (r != c->rank && r != dead)
+            sendto(c->notice_fd, &n, sizeof(n), 0, (struct sockaddr *)&to, sizeof(to));
+    }
+}
+
+/* -1 with err naming the dead rank when a notice has arrived. */
+int notice_check(drt_comm_t *c, drt_error_t *err)
+{
+    notice_t n;
+
+    if (c->notice_fd < 0)
+        return 0;
+    while (recv(c->notice_fd, &n, sizeof(n), 0) == (ssize_t)sizeof(n))
+        if (n.magic == DRT_MAGIC && net_secret_equal(n.secret, c->secret))
+            return drt_fail(err, "rank %u died during collective #%llu (reported by rank %u)",
+                            n.dead, (unsigned long long)n.seq, n.reporter);
+    return 0;
+}
