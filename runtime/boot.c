@@ -265,6 +265,29 @@ static void build_groups(drt_comm_t *c)
     find_me(c, &c->rail);
 }
 
+/* The address peers reach us at: the one routing towards MASTER_ADDR. */
+static uint32_t my_ip(const drt_comm_t *c)
+{
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons(9), .sin_addr.s_addr = master_ip(c)};
+    struct sockaddr_in local = {0};
+    socklen_t len = sizeof(local);
+    int fd = socket(AF_INET, SOCK_DGRAM, 0);
+
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&to, sizeof(to)) == 0)
+        getsockname(fd, (struct sockaddr *)&local, &len);
+    if (fd >= 0)
+        close(fd);
+    return local.sin_addr.s_addr ? local.sin_addr.s_addr : htonl(INADDR_LOOPBACK);
+}
+
+static int gather_pmix(drt_comm_t *c, int port, endpoint_t *tab, drt_error_t *err)
+{
+    endpoint_t mine = {my_ip(c), (uint32_t)port, c->env.node_rank, c->env.local_rank,
+                       (uint32_t)getpid()};
+
+    return pmix_exchange(c, &mine, tab, sizeof(mine), err);
+}
+
 int boot_exchange(drt_comm_t *c, drt_error_t *err)
 {
     endpoint_t *tab = calloc((size_t)c->size, sizeof(endpoint_t));
@@ -272,7 +295,10 @@ int boot_exchange(drt_comm_t *c, drt_error_t *err)
 
     if (!tab || lfd < 0)
         goto out;
-    if ((c->rank == 0 ? gather_as_root(c, port, tab, err) : gather_as_client(c, port, tab, err)) < 0)
+    drt_log(c, pmix_wanted() ? "bootstrap through PMIx" : "bootstrap through TCP at %s:%u",
+            c->env.master_addr, c->env.master_port);
+    if ((pmix_wanted() ? gather_pmix(c, port, tab, err)
+         : c->rank == 0 ? gather_as_root(c, port, tab, err) : gather_as_client(c, port, tab, err)) < 0)
         goto out;
     for (int r = 0; r < c->size; r++) {
         c->node_of[r] = (int)tab[r].node;

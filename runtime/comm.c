@@ -133,6 +133,7 @@ void drt_finalize(drt_comm_t *c)
     if (!c)
         return;
     drt_async_stop(c);
+    pmix_finalize(c);
     for (int r = 0; c->chan && r < c->size; r++)
         if (c->chan[r].fd >= 0 && c->chan[r].peer == r)
             close(c->chan[r].fd);

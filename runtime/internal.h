@@ -46,6 +46,7 @@ struct drt_comm {
     chan_t *chan;             /* per rank; chan[rank].peer < 0 when unused */
     uint32_t *ep_ip, *ep_port; /* per rank: where its notices go (UDP) */
     int notice_fd;            /* UDP socket for abort notices, -1 when none */
+    int pmix;                 /* bootstrapped through PMIx */
     shm_t *shm;
     double timeout;           /* seconds */
     uint64_t seq;             /* collectives issued, for error messages */
@@ -79,6 +80,11 @@ int net_secret_equal(const unsigned char *a, const unsigned char *b);
 
 /* boot.c: who is where, and the connections */
 int boot_exchange(drt_comm_t *c, drt_error_t *err);
+
+/* pmix.c: the endpoint table through PMIx put/commit/fence/get */
+int pmix_wanted(void);
+int pmix_exchange(drt_comm_t *c, const void *mine, void *table, size_t size, drt_error_t *err);
+void pmix_finalize(drt_comm_t *c);
 
 /* notice.c: when a rank sees a peer die it tells every rank at once, so
  * all fail naming the rank that died, not the neighbour that gave up */
