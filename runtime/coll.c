@@ -16,19 +16,6 @@ typedef struct {
     size_t count; /* elements */
 } span_t;
 
-static int grow_scratch(drt_comm_t *c, size_t bytes, drt_error_t *err)
-{
-    unsigned char *p;
-
-    if (bytes <= c->scratch_len)
-        return 0;
-    if (!(p = realloc(c->scratch, bytes)))
-        return drt_fail(err, "out of memory for a %zu-byte reduction buffer", bytes);
-    c->scratch = p;
-    c->scratch_len = bytes;
-    return 0;
-}
-
 static int next_of(const group_t *g)
 {
     return g->ranks[(g->me + 1) % g->n];
@@ -59,11 +46,9 @@ static int ring_reduce_scatter(drt_comm_t *c, const group_t *g, unsigned char *b
 
     for (int step = 0; step < n - 1; step++) {
         int send = ((g->me - step - 1) % n + n) % n, recv = ((g->me - step - 2) % n + n) % n;
-        if (grow_scratch(c, s[recv].count * esize, err) < 0 ||
-            xfer(c, next_of(g), buf + s[send].off, s[send].count * esize, prev_of(g), c->scratch,
-                 s[recv].count * esize, err) < 0)
+        if (xfer_reduce(c, next_of(g), buf + s[send].off, s[send].count * esize, prev_of(g),
+                        buf + s[recv].off, s[recv].count, t, op, err) < 0)
             return -1;
-        drt_reduce(buf + s[recv].off, c->scratch, s[recv].count, t, op);
     }
     return 0;
 }

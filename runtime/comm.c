@@ -148,7 +148,7 @@ void drt_finalize(drt_comm_t *c)
     free(c->world.ranks);
     free(c->node.ranks);
     free(c->rail.ranks);
-    free(c->scratch);
+    free(c->bounce);
     pthread_mutex_destroy(&c->lock);
     pthread_cond_destroy(&c->cond);
     free(c);

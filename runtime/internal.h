@@ -11,7 +11,7 @@
 
 #define DRT_SECRET_LEN 32        /* bytes of the per-job secret */
 #define DRT_MAGIC 0x64647274u    /* "ddrt" */
-#define DRT_SHM_RING (1u << 20)  /* bytes of one shared-memory ring */
+#define DRT_SHM_RING (4u << 20)  /* bytes of one shared-memory ring */
 
 /* A one-way shared-memory ring between two ranks of a node. */
 typedef struct {
@@ -53,8 +53,7 @@ struct drt_comm {
     drt_algo_t algo;
     int verbose;
     unsigned char secret[DRT_SECRET_LEN];
-    unsigned char *scratch;   /* reduction buffer */
-    size_t scratch_len;
+    unsigned char *bounce;    /* TCP receive-and-reduce staging */
     signed char choice[64];   /* auto: per log2(bytes) bucket, -1 unknown */
     /* progress thread for non-blocking collectives */
     pthread_t thread;
@@ -99,6 +98,10 @@ void shm_detach(drt_comm_t *c);
 /* xfer.c: move bytes to one peer while receiving from another */
 int xfer(drt_comm_t *c, int to, const void *sbuf, size_t slen, int from, void *rbuf,
          size_t rlen, drt_error_t *err);
+/* the same, but what arrives is reduced into rbuf (count elements of t)
+ * instead of overwriting it: no extra pass through a scratch buffer */
+int xfer_reduce(drt_comm_t *c, int to, const void *sbuf, size_t slen, int from, void *rbuf,
+                size_t count, drt_dtype_t t, drt_op_t op, drt_error_t *err);
 
 /* reduce.c */
 size_t drt_dtype_size(drt_dtype_t t);

@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <stdlib.h>
 #include <time.h>
 
 static size_t ring_write(shm_ring_t *r, const unsigned char *p, size_t len)
@@ -41,7 +42,49 @@ typedef struct {
     unsigned char *buf;
     size_t len, done;
     int sending;
+    /* receiving with reduction: what arrives is combined into buf */
+    int reducing;
+    drt_dtype_t t;
+    drt_op_t op;
+    size_t esize;
+    unsigned char *bounce; /* TCP: bytes received but not yet reduced */
+    size_t have;
 } side_t;
+
+#define BOUNCE (256u << 10)
+
+/* Reduce whole elements straight out of a shared-memory ring. */
+static size_t ring_reduce(side_t *s, size_t left)
+{
+    shm_ring_t *r = s->ch->rx;
+    uint64_t tail = __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE), head = r->head;
+    size_t avail = (size_t)(tail - head), off = (size_t)(head % DRT_SHM_RING), n, first;
+
+    n = left < avail ? left : avail;
+    n -= n % s->esize;
+    first = n < DRT_SHM_RING - off ? n : DRT_SHM_RING - off;
+    drt_reduce(s->buf + s->done, r->data + off, first / s->esize, s->t, s->op);
+    drt_reduce(s->buf + s->done + first, r->data, (n - first) / s->esize, s->t, s->op);
+    __atomic_store_n(&r->head, head + n, __ATOMIC_RELEASE);
+    return n;
+}
+
+/* TCP: receive into the bounce buffer, reduce the whole elements. */
+static ssize_t recv_reduce(side_t *s, size_t left)
+{
+    size_t room = BOUNCE - s->have, whole;
+    ssize_t n = recv(s->ch->fd, s->bounce + s->have, left - s->have < room ? left - s->have : room,
+                     MSG_DONTWAIT);
+
+    if (n <= 0)
+        return n;
+    s->have += (size_t)n;
+    whole = s->have - s->have % s->esize;
+    drt_reduce(s->buf + s->done, s->bounce, whole / s->esize, s->t, s->op);
+    memmove(s->bounce, s->bounce + whole, s->have - whole);
+    s->have -= whole;
+    return (ssize_t)whole;
+}
 
 /* One non-blocking step on one side: bytes moved, or -1 when the peer is gone. */
 static ssize_t step(side_t *s)
@@ -51,7 +94,11 @@ static ssize_t step(side_t *s)
 
     if (left == 0)
         return 0;
-    if (s->ch->fd < 0)
+    if (s->reducing && s->ch->fd < 0)
+        n = (ssize_t)ring_reduce(s, left);
+    else if (s->reducing)
+        n = recv_reduce(s, left);
+    else if (s->ch->fd < 0)
         n = (ssize_t)(s->sending ? ring_write(s->ch->tx, s->buf + s->done, left)
                                  : ring_read(s->ch->rx, s->buf + s->done, left));
     else if (s->sending)
@@ -96,11 +143,8 @@ static void idle(const side_t *s, int spins)
     }
 }
 
-int xfer(drt_comm_t *c, int to, const void *sbuf, size_t slen, int from, void *rbuf,
-         size_t rlen, drt_error_t *err)
+static int run(drt_comm_t *c, side_t *s, drt_error_t *err)
 {
-    side_t s[2] = {{to >= 0 ? &c->chan[to] : NULL, (unsigned char *)sbuf, to >= 0 ? slen : 0, 0, 1},
-                   {from >= 0 ? &c->chan[from] : NULL, rbuf, from >= 0 ? rlen : 0, 0, 0}};
     double last = drt_now();
     int spins = 0;
 
@@ -140,4 +184,31 @@ int xfer(drt_comm_t *c, int to, const void *sbuf, size_t slen, int from, void *r
         idle(s, spins++);
     }
     return 0;
+}
+
+int xfer(drt_comm_t *c, int to, const void *sbuf, size_t slen, int from, void *rbuf,
+         size_t rlen, drt_error_t *err)
+{
+    side_t s[2] = {{.ch = to >= 0 ? &c->chan[to] : NULL, .buf = (unsigned char *)sbuf,
+                    .len = to >= 0 ? slen : 0, .sending = 1},
+                   {.ch = from >= 0 ? &c->chan[from] : NULL, .buf = rbuf,
+                    .len = from >= 0 ? rlen : 0}};
+
+    return run(c, s, err);
+}
+
+int xfer_reduce(drt_comm_t *c, int to, const void *sbuf, size_t slen, int from, void *rbuf,
+                size_t count, drt_dtype_t t, drt_op_t op, drt_error_t *err)
+{
+    size_t esize = drt_dtype_size(t);
+    side_t s[2] = {{.ch = &c->chan[to], .buf = (unsigned char *)sbuf, .len = slen, .sending = 1},
+                   {.ch = &c->chan[from], .buf = rbuf, .len = count * esize, .reducing = 1,
+                    .t = t, .op = op, .esize = esize}};
+
+    if (s[1].ch->fd >= 0) {
+        if (!c->bounce && !(c->bounce = malloc(BOUNCE)))
+            return drt_fail(err, "out of memory");
+        s[1].bounce = c->bounce;
+    }
+    return run(c, s, err);
 }
