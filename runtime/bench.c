@@ -182,10 +182,10 @@ static int run_size(drt_comm_t *c, const opts_t *o, size_t bytes, double *busbw_
     for (int i = 0; i < o->warmup + o->iters; i++) {
         double t0;
         if (drt_barrier(c, err) < 0)
-            return -1;
+            goto fail;
         t0 = now();
         if (drt_allreduce(c, send, recv, count, o->dtype, o->op, err) < 0)
-            return -1;
+            goto fail;
         if (i >= o->warmup) {
             t += now() - t0;
             wrong += check(o, recv, count, n);
@@ -195,7 +195,7 @@ static int run_size(drt_comm_t *c, const opts_t *o, size_t bytes, double *busbw_
     tmax = t;
     if (drt_allreduce(c, &t, &tmax, 1, DRT_FLOAT64, DRT_MAX, err) < 0 ||
         drt_allreduce(c, &wrong, &wrong, 1, DRT_INT64, DRT_SUM, err) < 0)
-        return -1;
+        goto fail;
     if (me == 0) {
         double algbw = (double)(count * esize) / tmax / 1e9, busbw = algbw * 2.0 * (n - 1) / n;
         printf("%12zu %12zu %9s %12.1f %11.3f %11.3f %8ld\n", count * esize, count, o->dtype_name,
@@ -207,6 +207,10 @@ static int run_size(drt_comm_t *c, const opts_t *o, size_t bytes, double *busbw_
     free(send);
     free(recv);
     return wrong ? 1 : 0;
+fail:
+    free(send);
+    free(recv);
+    return -1;
 }
 
 int main(int argc, char **argv)

@@ -8,8 +8,12 @@
  * Position i of a group ends a reduce-scatter owning chunk i. */
 #include "internal.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define PIPE_MIN_SEGMENT (1u << 20) /* below this the phases run one after another */
+#define PIPE_MAX_SEGMENTS 8
 
 typedef struct {
     size_t off;   /* bytes */
@@ -101,9 +105,149 @@ static int hier_allreduce(drt_comm_t *c, unsigned char *buf, size_t count, size_
     return rc;
 }
 
+/* Pipelined hierarchical allreduce: the message is cut into segments; the
+ * main thread runs the node phases (reduce-scatter of segment k, allgather of
+ * segment k-1) over shared memory while a second thread runs the rail
+ * allreduce of each segment over TCP, so a large message pays roughly the
+ * slowest phase rather than the sum of the three. */
+typedef struct {
+    drt_comm_t *c;
+    unsigned char *buf;
+    size_t esize;
+    drt_dtype_t t;
+    drt_op_t op;
+    span_t *seg;
+    int nseg, rs_done, rail_done, failed;
+    pthread_mutex_t m;
+    pthread_cond_t cv;
+    drt_error_t rail_err;
+} pipe_t;
+
+static void pipe_mark(pipe_t *p, int *counter, int failed)
+{
+    pthread_mutex_lock(&p->m);
+    if (failed) {
+        p->failed = 1;
+        __atomic_store_n(&p->c->abort, 1, __ATOMIC_RELEASE);
+    } else {
+        (*counter)++;
+    }
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->m);
+}
+
+/* 0 when *counter > k, -1 when the other side failed */
+static int pipe_wait(pipe_t *p, const int *counter, int k)
+{
+    int rc;
+
+    pthread_mutex_lock(&p->m);
+    while (*counter <= k && !p->failed)
+        pthread_cond_wait(&p->cv, &p->m);
+    rc = p->failed ? -1 : 0;
+    pthread_mutex_unlock(&p->m);
+    return rc;
+}
+
+static void node_spans(const pipe_t *p, int k, span_t *s)
+{
+    balanced(s, p->c->node.n, p->seg[k].off, p->seg[k].count, p->esize);
+}
+
+static void *rail_phase(void *arg)
+{
+    pipe_t *p = arg;
+    span_t *s = calloc((size_t)p->c->node.n, sizeof(span_t));
+
+    for (int k = 0; k < p->nseg; k++) {
+        const span_t *mine;
+        if (!s || pipe_wait(p, &p->rs_done, k) < 0)
+            break;
+        node_spans(p, k, s);
+        mine = &s[p->c->node.me];
+        if (ring_allreduce(p->c, &p->c->rail, p->buf, mine->off, mine->count, p->esize, p->t,
+                           p->op, &p->rail_err) < 0) {
+            pipe_mark(p, &p->rail_done, 1);
+            break;
+        }
+        pipe_mark(p, &p->rail_done, 0);
+    }
+    if (!s)
+        pipe_mark(p, &p->rail_done, 1);
+    free(s);
+    return NULL;
+}
+
+static int node_phases(pipe_t *p, drt_error_t *err)
+{
+    drt_comm_t *c = p->c;
+    span_t *s = calloc((size_t)c->node.n, sizeof(span_t));
+
+    if (!s)
+        return drt_fail(err, "out of memory");
+    for (int k = 0; k <= p->nseg; k++) {
+        if (k < p->nseg) {
+            node_spans(p, k, s);
+            if (ring_reduce_scatter(c, &c->node, p->buf, s, p->esize, p->t, p->op, err) < 0)
+                goto fail;
+            pipe_mark(p, &p->rs_done, 0);
+        }
+        if (k >= 1) {
+            if (pipe_wait(p, &p->rail_done, k - 1) < 0) {
+                *err = p->rail_err;
+                goto fail;
+            }
+            node_spans(p, k - 1, s);
+            if (ring_allgather(c, &c->node, p->buf, s, p->esize, err) < 0)
+                goto fail;
+        }
+    }
+    free(s);
+    return 0;
+fail:
+    pipe_mark(p, &p->rs_done, 1);
+    free(s);
+    return -1;
+}
+
+static int pipelined_hier(drt_comm_t *c, unsigned char *buf, size_t count, size_t esize,
+                          drt_dtype_t t, drt_op_t op, drt_error_t *err)
+{
+    size_t bytes = count * esize, nseg = bytes / PIPE_MIN_SEGMENT;
+    pipe_t p = {.c = c, .buf = buf, .esize = esize, .t = t, .op = op};
+    pthread_t rail;
+    int rc;
+
+    p.nseg = (int)(nseg > PIPE_MAX_SEGMENTS ? PIPE_MAX_SEGMENTS : nseg);
+    if (!(p.seg = calloc((size_t)p.nseg, sizeof(span_t))))
+        return drt_fail(err, "out of memory");
+    balanced(p.seg, p.nseg, 0, count, esize);
+    pthread_mutex_init(&p.m, NULL);
+    pthread_cond_init(&p.cv, NULL);
+    c->abort = 0;
+    if (pthread_create(&rail, NULL, rail_phase, &p) != 0) {
+        free(p.seg);
+        return drt_fail(err, "cannot start the pipeline thread");
+    }
+    rc = node_phases(&p, err);
+    pthread_join(rail, NULL);
+    if (rc == 0 && p.failed) {
+        *err = p.rail_err;
+        rc = -1;
+    }
+    c->abort = 0;
+    pthread_mutex_destroy(&p.m);
+    pthread_cond_destroy(&p.cv);
+    free(p.seg);
+    return rc;
+}
+
 static int run(drt_comm_t *c, drt_algo_t a, unsigned char *buf, size_t count, size_t esize,
                drt_dtype_t t, drt_op_t op, drt_error_t *err)
 {
+    if (a == DRT_ALGO_HIER && c->uniform && c->node.n > 1 && c->rail.n > 1 &&
+        count * esize >= 2 * (size_t)PIPE_MIN_SEGMENT)
+        return pipelined_hier(c, buf, count, esize, t, op, err);
     if (a == DRT_ALGO_HIER && c->uniform)
         return hier_allreduce(c, buf, count, esize, t, op, err);
     return ring_allreduce(c, &c->world, buf, 0, count, esize, t, op, err);

@@ -47,6 +47,7 @@ struct drt_comm {
     uint32_t *ep_ip, *ep_port; /* per rank: where its notices go (UDP) */
     int notice_fd;            /* UDP socket for abort notices, -1 when none */
     int pmix;                 /* bootstrapped through PMIx */
+    int abort;                /* a pipelined collective failed: stop the other thread */
     shm_t *shm;
     double timeout;           /* seconds */
     uint64_t seq;             /* collectives issued, for error messages */

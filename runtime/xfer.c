@@ -86,15 +86,36 @@ static ssize_t recv_reduce(side_t *s, size_t left)
     return (ssize_t)whole;
 }
 
+/* Messages through shared memory are padded to 8 bytes, so every message
+ * starts 8-aligned in its ring and elements never straddle the ring's end:
+ * the receiver can reduce straight out of the ring with aligned loads. */
+static size_t total(const side_t *s)
+{
+    return s->ch && s->ch->fd < 0 ? (s->len + 7) & ~(size_t)7 : s->len;
+}
+
+static size_t ring_skip(shm_ring_t *r, size_t len)
+{
+    uint64_t tail = __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE), head = r->head;
+    size_t n = len < (size_t)(tail - head) ? len : (size_t)(tail - head);
+
+    __atomic_store_n(&r->head, head + n, __ATOMIC_RELEASE);
+    return n;
+}
+
 /* One non-blocking step on one side: bytes moved, or -1 when the peer is gone. */
 static ssize_t step(side_t *s)
 {
+    static const unsigned char zeros[8];
     size_t left = s->len - s->done;
     ssize_t n;
 
-    if (left == 0)
+    if (s->done == total(s))
         return 0;
-    if (s->reducing && s->ch->fd < 0)
+    if (s->done >= s->len) /* padding, shared memory only */
+        n = (ssize_t)(s->sending ? ring_write(s->ch->tx, zeros, total(s) - s->done)
+                                 : ring_skip(s->ch->rx, total(s) - s->done));
+    else if (s->reducing && s->ch->fd < 0)
         n = (ssize_t)ring_reduce(s, left);
     else if (s->reducing)
         n = recv_reduce(s, left);
@@ -126,7 +147,7 @@ static void idle(const side_t *s, int spins)
     int n = 0, shm = 0;
 
     for (int i = 0; i < 2; i++) {
-        if (!s[i].ch || s[i].done == s[i].len)
+        if (!s[i].ch || s[i].done == total(&s[i]))
             continue;
         if (s[i].ch->fd < 0)
             shm = 1;
@@ -148,7 +169,7 @@ static int run(drt_comm_t *c, side_t *s, drt_error_t *err)
     double last = drt_now();
     int spins = 0;
 
-    while (s[0].done < s[0].len || s[1].done < s[1].len) {
+    while (s[0].done < total(&s[0]) || s[1].done < total(&s[1])) {
         ssize_t moved = 0;
         for (int i = 0; i < 2; i++) {
             ssize_t n = s[i].ch ? step(&s[i]) : 0;
@@ -169,15 +190,20 @@ static int run(drt_comm_t *c, side_t *s, drt_error_t *err)
             continue;
         }
         for (int i = 0; i < 2; i++)
-            if (s[i].ch && s[i].done < s[i].len && peer_dead(s[i].ch)) {
+            if (s[i].ch && s[i].done < total(&s[i]) && peer_dead(s[i].ch)) {
+                if (notice_check(c, err) < 0)
+                    return -1; /* it died because another rank did */
                 notice_send(c, s[i].ch->peer);
                 return drt_fail(err, "rank %d (pid %d on this node) died during collective #%llu",
                                 s[i].ch->peer, (int)s[i].ch->pid, (unsigned long long)c->seq);
             }
         if (spins % 64 == 0 && notice_check(c, err) < 0) /* a syscall: not every spin */
             return -1;
+        if (__atomic_load_n(&c->abort, __ATOMIC_ACQUIRE))
+            return drt_fail(err, "collective #%llu abandoned: the other phase failed",
+                            (unsigned long long)c->seq);
         if (drt_now() - last > c->timeout) {
-            int who = s[1].done < s[1].len ? s[1].ch->peer : s[0].ch->peer;
+            int who = s[1].done < total(&s[1]) ? s[1].ch->peer : s[0].ch->peer;
             return drt_fail(err, "rank %d did not answer for %.0f s during collective #%llu "
                             "(DDPRT_TIMEOUT)", who, c->timeout, (unsigned long long)c->seq);
         }
