@@ -117,7 +117,7 @@ typedef struct {
     drt_dtype_t t;
     drt_op_t op;
     span_t *seg;
-    int nseg, rs_done, rail_done, failed;
+    int nseg, rs_done, rail_done, failed; /* failed: 1 node phases, 2 rail, first one wins */
     pthread_mutex_t m;
     pthread_cond_t cv;
     drt_error_t rail_err;
@@ -127,7 +127,7 @@ static void pipe_mark(pipe_t *p, int *counter, int failed)
 {
     pthread_mutex_lock(&p->m);
     if (failed) {
-        p->failed = 1;
+        p->failed = p->failed ? p->failed : counter == &p->rail_done ? 2 : 1;
         __atomic_store_n(&p->c->abort, 1, __ATOMIC_RELEASE);
     } else {
         (*counter)++;
@@ -193,10 +193,8 @@ static int node_phases(pipe_t *p, drt_error_t *err)
             pipe_mark(p, &p->rs_done, 0);
         }
         if (k >= 1) {
-            if (pipe_wait(p, &p->rail_done, k - 1) < 0) {
-                *err = p->rail_err;
+            if (pipe_wait(p, &p->rail_done, k - 1) < 0)
                 goto fail;
-            }
             node_spans(p, k - 1, s);
             if (ring_allgather(c, &c->node, p->buf, s, p->esize, err) < 0)
                 goto fail;
@@ -231,7 +229,7 @@ static int pipelined_hier(drt_comm_t *c, unsigned char *buf, size_t count, size_
     }
     rc = node_phases(&p, err);
     pthread_join(rail, NULL);
-    if (rc == 0 && p.failed) {
+    if (p.failed == 2) { /* the rail phase failed first: its error is the cause */
         *err = p.rail_err;
         rc = -1;
     }
