@@ -251,32 +251,35 @@ static int run(drt_comm_t *c, drt_algo_t a, unsigned char *buf, size_t count, si
     return ring_allreduce(c, &c->world, buf, 0, count, esize, t, op, err);
 }
 
-/* Best time of `reps` runs of algorithm a on a fresh copy of `in`. */
-static int time_on_copy(drt_comm_t *c, drt_algo_t a, const unsigned char *in, unsigned char *copy,
-                        size_t count, size_t esize, drt_dtype_t t, drt_op_t op, int reps,
-                        double *best, drt_error_t *err)
+/* One timed run of algorithm a on dst (after copying `in` there unless
+ * dst is the input itself); keeps the best time. */
+static int timed(drt_comm_t *c, drt_algo_t a, const unsigned char *in, unsigned char *dst,
+                 size_t count, size_t esize, drt_dtype_t t, drt_op_t op, double *best,
+                 drt_error_t *err)
 {
-    for (int i = 0; i < reps; i++) {
-        double t0;
-        memcpy(copy, in, count * esize);
-        t0 = drt_now();
-        if (run(c, a, copy, count, esize, t, op, err) < 0)
-            return -1;
-        t0 = drt_now() - t0;
-        *best = i == 0 || t0 < *best ? t0 : *best;
-    }
+    double t0;
+
+    if (dst != in)
+        memcpy(dst, in, count * esize);
+    t0 = drt_now();
+    if (run(c, a, dst, count, esize, t, op, err) < 0)
+        return -1;
+    t0 = drt_now() - t0;
+    *best = *best < 0 || t0 < *best ? t0 : *best;
     return 0;
 }
 
-/* First message of a size class: time both algorithms on the same data
- * (best of 5 below 256 KiB, where one run is noise), agree on the slowest
- * rank's view (the max), remember the winner; the last run gives the result. */
+/* First message of a size class: time both algorithms on the same data,
+ * alternating (a shaped or shared network favours whoever goes first); up to
+ * 4 MiB, where one run is noise, a warm-up round then the best of 3. Agree on
+ * the slowest rank's view (the max) and remember the winner. The last hier
+ * run gives the result. */
 static int pick_and_run(drt_comm_t *c, unsigned char *buf, size_t count, size_t esize,
                         drt_dtype_t t, drt_op_t op, drt_error_t *err)
 {
     size_t bytes = count * esize;
-    int bucket = 0, reps = bytes <= (256u << 10) ? 5 : 1;
-    double times[2], last;
+    int bucket = 0, reps = bytes <= (4u << 20) ? 4 : 1, rc = 0;
+    double times[2] = {-1, -1};
     unsigned char *in, *copy;
 
     while (bucket < 63 && ((size_t)1 << (bucket + 1)) <= bytes)
@@ -285,39 +288,30 @@ static int pick_and_run(drt_comm_t *c, unsigned char *buf, size_t count, size_t 
         return run(c, !c->uniform ? DRT_ALGO_FLAT
                       : c->algo != DRT_ALGO_AUTO ? c->algo : (drt_algo_t)c->choice[bucket],
                    buf, count, esize, t, op, err);
-    /* one run each: buf is the untouched input until hier runs on it */
+    /* with one run each, buf is the untouched input until hier runs on it */
     in = reps > 1 ? malloc(bytes ? bytes : 1) : buf;
     copy = malloc(bytes ? bytes : 1);
-    if (!in || !copy) {
-        if (in != buf)
-            free(in);
-        free(copy);
-        return drt_fail(err, "out of memory for a %zu-byte trial buffer", bytes);
+    if (!in || !copy)
+        rc = drt_fail(err, "out of memory for a %zu-byte trial buffer", bytes);
+    else if (in != buf)
+        memcpy(in, buf, bytes);
+    for (int i = 0; rc == 0 && i < reps; i++) {
+        if (timed(c, DRT_ALGO_FLAT, in, copy, count, esize, t, op, &times[0], err) < 0 ||
+            timed(c, DRT_ALGO_HIER, in, i == reps - 1 ? buf : copy, count, esize, t, op,
+                  &times[1], err) < 0)
+            rc = -1;
+        if (i == 0 && reps > 1) /* the first round warms caches and connections */
+            times[0] = times[1] = -1;
     }
     if (in != buf)
-        memcpy(in, buf, bytes);
-    if (time_on_copy(c, DRT_ALGO_FLAT, in, copy, count, esize, t, op, reps, &times[0], err) < 0 ||
-        (reps > 1 && time_on_copy(c, DRT_ALGO_HIER, in, copy, count, esize, t, op, reps - 1,
-                                  &times[1], err) < 0))
-        goto fail;
-    last = drt_now();
-    if (run(c, DRT_ALGO_HIER, buf, count, esize, t, op, err) < 0)
-        goto fail;
-    last = drt_now() - last;
-    times[1] = reps == 1 || last < times[1] ? last : times[1];
-    if (in != buf)
         free(in);
     free(copy);
-    if (ring_allreduce(c, &c->world, (unsigned char *)times, 0, 2, sizeof(double), DRT_FLOAT64,
-                       DRT_MAX, err) < 0)
-        return -1;
-    c->choice[bucket] = (signed char)(times[1] < times[0] ? DRT_ALGO_HIER : DRT_ALGO_FLAT);
-    return 0;
-fail:
-    if (in != buf)
-        free(in);
-    free(copy);
-    return -1;
+    if (rc == 0 && ring_allreduce(c, &c->world, (unsigned char *)times, 0, 2, sizeof(double),
+                                  DRT_FLOAT64, DRT_MAX, err) < 0)
+        rc = -1;
+    if (rc == 0)
+        c->choice[bucket] = (signed char)(times[1] < times[0] ? DRT_ALGO_HIER : DRT_ALGO_FLAT);
+    return rc;
 }
 
 /* The working buffer: recv itself when aligned for the type, else a copy;
