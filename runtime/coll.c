@@ -271,14 +271,15 @@ static int timed(drt_comm_t *c, drt_algo_t a, const unsigned char *in, unsigned 
 
 /* First message of a size class: time both algorithms on the same data,
  * alternating (a shaped or shared network favours whoever goes first); up to
- * 4 MiB, where one run is noise, a warm-up round then the best of 3. Agree on
+ * 4 MiB, where one run is noise, a warm-up round then the best of 3 (of 7 up
+ * to 256 KiB, where runs are cheap). Agree on
  * the slowest rank's view (the max) and remember the winner. The last hier
  * run gives the result. */
 static int pick_and_run(drt_comm_t *c, unsigned char *buf, size_t count, size_t esize,
                         drt_dtype_t t, drt_op_t op, drt_error_t *err)
 {
     size_t bytes = count * esize;
-    int bucket = 0, reps = bytes <= (4u << 20) ? 4 : 1, rc = 0;
+    int bucket = 0, reps = bytes <= (256u << 10) ? 8 : bytes <= (4u << 20) ? 4 : 1, rc = 0;
     double times[2] = {-1, -1};
     unsigned char *in, *copy;
 
@@ -309,8 +310,12 @@ static int pick_and_run(drt_comm_t *c, unsigned char *buf, size_t count, size_t 
     if (rc == 0 && ring_allreduce(c, &c->world, (unsigned char *)times, 0, 2, sizeof(double),
                                   DRT_FLOAT64, DRT_MAX, err) < 0)
         rc = -1;
-    if (rc == 0)
+    if (rc == 0) {
         c->choice[bucket] = (signed char)(times[1] < times[0] ? DRT_ALGO_HIER : DRT_ALGO_FLAT);
+        drt_log(c, "auto: messages of %zu+ bytes: flat %.1f us, hier %.1f us: %s",
+                (size_t)1 << bucket, times[0] * 1e6, times[1] * 1e6,
+                drt_algo_name((drt_algo_t)c->choice[bucket]));
+    }
     return rc;
 }
 
