@@ -121,6 +121,9 @@ int drt_init(drt_comm_t **out, drt_error_t *err)
     }
     if (boot_exchange(c, err) < 0 || shm_attach(c, err) < 0)
         goto fail;
+    if (!c->uniform)
+        drt_log(c, "ranks per node differ: hierarchical allreduce is disabled, the flat ring "
+                "is used");
     *out = c;
     return 0;
 fail:
