@@ -42,16 +42,24 @@ static void balanced(span_t *s, int n, size_t base_off, size_t count, size_t esi
     }
 }
 
+/* With src (out of place), the input is read from src and buf is written
+ * only: each chunk is reduced exactly once by each position, the first time
+ * buf is touched there, and the one chunk never reduced here is sent from
+ * src and later overwritten by the allgather. */
 static int ring_reduce_scatter(drt_comm_t *c, const group_t *g, unsigned char *buf,
-                               const span_t *s, size_t esize, drt_dtype_t t, drt_op_t op,
-                               drt_error_t *err)
+                               const unsigned char *src, const span_t *s, size_t esize,
+                               drt_dtype_t t, drt_op_t op, drt_error_t *err)
 {
     int n = g->n;
 
+    if (n < 2 && src)
+        memcpy(buf + s[0].off, src + s[0].off, s[0].count * esize);
     for (int step = 0; step < n - 1; step++) {
         int send = ((g->me - step - 1) % n + n) % n, recv = ((g->me - step - 2) % n + n) % n;
-        if (xfer_reduce(c, next_of(g), buf + s[send].off, s[send].count * esize, prev_of(g),
-                        buf + s[recv].off, s[recv].count, t, op, err) < 0)
+        const unsigned char *from = step == 0 && src ? src : buf;
+        if (xfer_reduce(c, next_of(g), from + s[send].off, s[send].count * esize, prev_of(g),
+                        buf + s[recv].off, src ? src + s[recv].off : NULL, s[recv].count, t, op,
+                        err) < 0)
             return -1;
     }
     return 0;
@@ -72,8 +80,9 @@ static int ring_allgather(drt_comm_t *c, const group_t *g, unsigned char *buf, c
 }
 
 /* Allreduce of count elements at buf (aligned, 16-bit floats already widened). */
-static int ring_allreduce(drt_comm_t *c, const group_t *g, unsigned char *buf, size_t off,
-                          size_t count, size_t esize, drt_dtype_t t, drt_op_t op, drt_error_t *err)
+static int ring_allreduce(drt_comm_t *c, const group_t *g, unsigned char *buf,
+                          const unsigned char *src, size_t off, size_t count, size_t esize,
+                          drt_dtype_t t, drt_op_t op, drt_error_t *err)
 {
     span_t *s = calloc((size_t)g->n, sizeof(span_t));
     int rc;
@@ -81,14 +90,16 @@ static int ring_allreduce(drt_comm_t *c, const group_t *g, unsigned char *buf, s
     if (!s)
         return drt_fail(err, "out of memory");
     balanced(s, g->n, off, count, esize);
-    rc = g->n < 2 ? 0 : ring_reduce_scatter(c, g, buf, s, esize, t, op, err) < 0 ? -1
+    if (g->n < 2 && src)
+        memcpy(buf + off, src + off, count * esize);
+    rc = g->n < 2 ? 0 : ring_reduce_scatter(c, g, buf, src, s, esize, t, op, err) < 0 ? -1
                                                         : ring_allgather(c, g, buf, s, esize, err);
     free(s);
     return rc;
 }
 
-static int hier_allreduce(drt_comm_t *c, unsigned char *buf, size_t count, size_t esize,
-                          drt_dtype_t t, drt_op_t op, drt_error_t *err)
+static int hier_allreduce(drt_comm_t *c, unsigned char *buf, const unsigned char *src,
+                          size_t count, size_t esize, drt_dtype_t t, drt_op_t op, drt_error_t *err)
 {
     span_t *s = calloc((size_t)c->node.n, sizeof(span_t));
     int rc = -1;
@@ -96,9 +107,9 @@ static int hier_allreduce(drt_comm_t *c, unsigned char *buf, size_t count, size_
     if (!s)
         return drt_fail(err, "out of memory");
     balanced(s, c->node.n, 0, count, esize);
-    if ((c->node.n < 2 || ring_reduce_scatter(c, &c->node, buf, s, esize, t, op, err) == 0) &&
-        ring_allreduce(c, &c->rail, buf, s[c->node.me].off, s[c->node.me].count, esize, t, op,
-                       err) == 0 &&
+    if (ring_reduce_scatter(c, &c->node, buf, src, s, esize, t, op, err) == 0 &&
+        ring_allreduce(c, &c->rail, buf, NULL, s[c->node.me].off, s[c->node.me].count, esize, t,
+                       op, err) == 0 &&
         (c->node.n < 2 || ring_allgather(c, &c->node, buf, s, esize, err) == 0))
         rc = 0;
     free(s);
@@ -113,6 +124,7 @@ static int hier_allreduce(drt_comm_t *c, unsigned char *buf, size_t count, size_
 typedef struct {
     drt_comm_t *c;
     unsigned char *buf;
+    const unsigned char *src;
     size_t esize;
     drt_dtype_t t;
     drt_op_t op;
@@ -165,8 +177,8 @@ static void *rail_phase(void *arg)
             break;
         node_spans(p, k, s);
         mine = &s[p->c->node.me];
-        if (ring_allreduce(p->c, &p->c->rail, p->buf, mine->off, mine->count, p->esize, p->t,
-                           p->op, &p->rail_err) < 0) {
+        if (ring_allreduce(p->c, &p->c->rail, p->buf, NULL, mine->off, mine->count, p->esize,
+                           p->t, p->op, &p->rail_err) < 0) {
             pipe_mark(p, &p->rail_done, 1);
             break;
         }
@@ -188,7 +200,7 @@ static int node_phases(pipe_t *p, drt_error_t *err)
     for (int k = 0; k <= p->nseg; k++) {
         if (k < p->nseg) {
             node_spans(p, k, s);
-            if (ring_reduce_scatter(c, &c->node, p->buf, s, p->esize, p->t, p->op, err) < 0)
+            if (ring_reduce_scatter(c, &c->node, p->buf, p->src, s, p->esize, p->t, p->op, err) < 0)
                 goto fail;
             pipe_mark(p, &p->rs_done, 0);
         }
@@ -208,11 +220,11 @@ fail:
     return -1;
 }
 
-static int pipelined_hier(drt_comm_t *c, unsigned char *buf, size_t count, size_t esize,
-                          drt_dtype_t t, drt_op_t op, drt_error_t *err)
+static int pipelined_hier(drt_comm_t *c, unsigned char *buf, const unsigned char *src,
+                          size_t count, size_t esize, drt_dtype_t t, drt_op_t op, drt_error_t *err)
 {
     size_t bytes = count * esize, nseg = bytes / PIPE_MIN_SEGMENT;
-    pipe_t p = {.c = c, .buf = buf, .esize = esize, .t = t, .op = op};
+    pipe_t p = {.c = c, .buf = buf, .src = src, .esize = esize, .t = t, .op = op};
     pthread_t rail;
     int rc;
 
@@ -240,15 +252,16 @@ static int pipelined_hier(drt_comm_t *c, unsigned char *buf, size_t count, size_
     return rc;
 }
 
-static int run(drt_comm_t *c, drt_algo_t a, unsigned char *buf, size_t count, size_t esize,
-               drt_dtype_t t, drt_op_t op, drt_error_t *err)
+/* buf gets the result; the input is src, or buf itself when src is NULL */
+static int run(drt_comm_t *c, drt_algo_t a, unsigned char *buf, const unsigned char *src,
+               size_t count, size_t esize, drt_dtype_t t, drt_op_t op, drt_error_t *err)
 {
     if (a == DRT_ALGO_HIER && c->uniform && c->node.n > 1 && c->rail.n > 1 &&
         count * esize >= 2 * (size_t)PIPE_MIN_SEGMENT)
-        return pipelined_hier(c, buf, count, esize, t, op, err);
+        return pipelined_hier(c, buf, src, count, esize, t, op, err);
     if (a == DRT_ALGO_HIER && c->uniform)
-        return hier_allreduce(c, buf, count, esize, t, op, err);
-    return ring_allreduce(c, &c->world, buf, 0, count, esize, t, op, err);
+        return hier_allreduce(c, buf, src, count, esize, t, op, err);
+    return ring_allreduce(c, &c->world, buf, src, 0, count, esize, t, op, err);
 }
 
 /* One timed run of algorithm a on dst (after copying `in` there unless
@@ -262,7 +275,7 @@ static int timed(drt_comm_t *c, drt_algo_t a, const unsigned char *in, unsigned 
     if (dst != in)
         memcpy(dst, in, count * esize);
     t0 = drt_now();
-    if (run(c, a, dst, count, esize, t, op, err) < 0)
+    if (run(c, a, dst, NULL, count, esize, t, op, err) < 0)
         return -1;
     t0 = drt_now() - t0;
     *best = *best < 0 || t0 < *best ? t0 : *best;
@@ -275,8 +288,8 @@ static int timed(drt_comm_t *c, drt_algo_t a, const unsigned char *in, unsigned 
  * to 256 KiB, where runs are cheap). Agree on
  * the slowest rank's view (the max) and remember the winner. The last hier
  * run gives the result. */
-static int pick_and_run(drt_comm_t *c, unsigned char *buf, size_t count, size_t esize,
-                        drt_dtype_t t, drt_op_t op, drt_error_t *err)
+static int pick_and_run(drt_comm_t *c, unsigned char *buf, const unsigned char *src,
+                        size_t count, size_t esize, drt_dtype_t t, drt_op_t op, drt_error_t *err)
 {
     size_t bytes = count * esize;
     int bucket = 0, reps = bytes <= (256u << 10) ? 8 : bytes <= (4u << 20) ? 4 : 1, rc = 0;
@@ -288,7 +301,9 @@ static int pick_and_run(drt_comm_t *c, unsigned char *buf, size_t count, size_t 
     if (!c->uniform || c->algo != DRT_ALGO_AUTO || c->choice[bucket] >= 0)
         return run(c, !c->uniform ? DRT_ALGO_FLAT
                       : c->algo != DRT_ALGO_AUTO ? c->algo : (drt_algo_t)c->choice[bucket],
-                   buf, count, esize, t, op, err);
+                   buf, src, count, esize, t, op, err);
+    if (src) /* the trial works in place */
+        memcpy(buf, src, bytes);
     /* with one run each, buf is the untouched input until hier runs on it */
     in = reps > 1 ? malloc(bytes ? bytes : 1) : buf;
     copy = malloc(bytes ? bytes : 1);
@@ -307,8 +322,8 @@ static int pick_and_run(drt_comm_t *c, unsigned char *buf, size_t count, size_t 
     if (in != buf)
         free(in);
     free(copy);
-    if (rc == 0 && ring_allreduce(c, &c->world, (unsigned char *)times, 0, 2, sizeof(double),
-                                  DRT_FLOAT64, DRT_MAX, err) < 0)
+    if (rc == 0 && ring_allreduce(c, &c->world, (unsigned char *)times, NULL, 0, 2,
+                                  sizeof(double), DRT_FLOAT64, DRT_MAX, err) < 0)
         rc = -1;
     if (rc == 0) {
         c->choice[bucket] = (signed char)(times[1] < times[0] ? DRT_ALGO_HIER : DRT_ALGO_FLAT);
@@ -336,11 +351,13 @@ int coll_allreduce(drt_comm_t *c, const void *send, void *recv, size_t count, dr
         if (!(work = aligned_alloc(64, ((count * wsize) / 64 + 1) * 64)))
             return drt_fail(err, "out of memory for %zu elements", count);
     }
+    /* out of place into recv itself: the algorithms read send directly */
     if (half)
         drt_to_f32((float *)work, send, count, t);
-    else if (work != send)
+    else if (work != (unsigned char *)recv && work != send)
         memmove(work, send, count * esize);
-    rc = pick_and_run(c, work, count, wsize, half ? DRT_FLOAT32 : t, op, err);
+    rc = pick_and_run(c, work, work == (unsigned char *)recv && work != send ? send : NULL, count,
+                      wsize, half ? DRT_FLOAT32 : t, op, err);
     if (rc == 0 && op == DRT_AVG)
         drt_scale_avg(work, count, half ? DRT_FLOAT32 : t, c->size);
     if (rc == 0 && half)
@@ -416,7 +433,7 @@ int coll_reduce_scatter(drt_comm_t *c, const void *send, void *recv, size_t coun
     for (int i = 0; i < c->world.n; i++)
         s[i] = (span_t){(size_t)c->world.ranks[i] * count * wsize, count};
     c->seq++;
-    rc = ring_reduce_scatter(c, &c->world, work, s, wsize, wt, op, err);
+    rc = ring_reduce_scatter(c, &c->world, work, NULL, s, wsize, wt, op, err);
     if (rc == 0 && op == DRT_AVG)
         drt_scale_avg(work + (size_t)c->rank * count * wsize, count, wt, c->size);
     if (rc == 0 && half)
@@ -433,6 +450,6 @@ int coll_barrier(drt_comm_t *c, drt_error_t *err)
     int32_t one = 1;
 
     c->seq++;
-    return ring_allreduce(c, &c->world, (unsigned char *)&one, 0, 1, sizeof(one), DRT_INT32,
-                          DRT_SUM, err);
+    return ring_allreduce(c, &c->world, (unsigned char *)&one, NULL, 0, 1, sizeof(one),
+                          DRT_INT32, DRT_SUM, err);
 }

@@ -100,9 +100,10 @@ void shm_detach(drt_comm_t *c);
 int xfer(drt_comm_t *c, int to, const void *sbuf, size_t slen, int from, void *rbuf,
          size_t rlen, drt_error_t *err);
 /* the same, but what arrives is reduced into rbuf (count elements of t)
- * instead of overwriting it: no extra pass through a scratch buffer */
+ * instead of overwriting it: no extra pass through a scratch buffer. With
+ * base, rbuf = base (op) incoming (out of place) rather than rbuf (op)= it. */
 int xfer_reduce(drt_comm_t *c, int to, const void *sbuf, size_t slen, int from, void *rbuf,
-                size_t count, drt_dtype_t t, drt_op_t op, drt_error_t *err);
+                const void *base, size_t count, drt_dtype_t t, drt_op_t op, drt_error_t *err);
 
 /* reduce.c */
 size_t drt_dtype_size(drt_dtype_t t);

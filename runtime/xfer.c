@@ -49,7 +49,16 @@ typedef struct {
     size_t esize;
     unsigned char *bounce; /* TCP: bytes received but not yet reduced */
     size_t have;
+    const unsigned char *base; /* out of place: the other operand */
 } side_t;
+
+/* Out of place, a piece of the destination starts as the base's bytes
+ * (copied while it is about to be in cache anyway). */
+static void start_piece(const side_t *s, size_t n)
+{
+    if (s->base)
+        memcpy(s->buf + s->done, s->base + s->done, n);
+}
 
 #define BOUNCE (256u << 10)
 #define SHM_STEP (128u << 10)
@@ -64,6 +73,7 @@ static size_t ring_reduce(side_t *s, size_t left)
     n = left < avail ? left : avail;
     n -= n % s->esize;
     first = n < DRT_SHM_RING - off ? n : DRT_SHM_RING - off;
+    start_piece(s, n);
     drt_reduce(s->buf + s->done, r->data + off, first / s->esize, s->t, s->op);
     drt_reduce(s->buf + s->done + first, r->data, (n - first) / s->esize, s->t, s->op);
     __atomic_store_n(&r->head, head + n, __ATOMIC_RELEASE);
@@ -81,6 +91,7 @@ static ssize_t recv_reduce(side_t *s, size_t left)
         return n;
     s->have += (size_t)n;
     whole = s->have - s->have % s->esize;
+    start_piece(s, whole);
     drt_reduce(s->buf + s->done, s->bounce, whole / s->esize, s->t, s->op);
     memmove(s->bounce, s->bounce + whole, s->have - whole);
     s->have -= whole;
@@ -230,12 +241,12 @@ int xfer(drt_comm_t *c, int to, const void *sbuf, size_t slen, int from, void *r
 }
 
 int xfer_reduce(drt_comm_t *c, int to, const void *sbuf, size_t slen, int from, void *rbuf,
-                size_t count, drt_dtype_t t, drt_op_t op, drt_error_t *err)
+                const void *base, size_t count, drt_dtype_t t, drt_op_t op, drt_error_t *err)
 {
     size_t esize = drt_dtype_size(t);
     side_t s[2] = {{.ch = &c->chan[to], .buf = (unsigned char *)sbuf, .len = slen, .sending = 1},
                    {.ch = &c->chan[from], .buf = rbuf, .len = count * esize, .reducing = 1,
-                    .t = t, .op = op, .esize = esize}};
+                    .t = t, .op = op, .esize = esize, .base = base}};
 
     if (s[1].ch->fd >= 0) {
         if (!c->bounce && !(c->bounce = malloc(BOUNCE)))

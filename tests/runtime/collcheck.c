@@ -174,7 +174,9 @@ static void check_allreduce(int ti, drt_op_t op, size_t count, size_t misalign, 
     drt_dtype_t t = types[ti];
     size_t es = tsize(t), bad = 0;
     unsigned char *sb = malloc(count * es + 8), *rb = malloc(count * es + 8);
-    unsigned char *s = sb + misalign, *r = in_place ? s : rb + (misalign ^ 1);
+    /* out of place: an aligned recv (the algorithms read send directly) and a
+     * send at the offset; in place: the offset (a misaligned working copy) */
+    unsigned char *s = sb + misalign, *r = in_place ? s : rb;
     drt_error_t err;
     char what[128];
 
