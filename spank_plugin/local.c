@@ -29,12 +29,13 @@ int ddp_local_init(int ac, char **av)
 int ddp_local_post_opt(void)
 {
     unsigned char b[32];
-    char hex[65];
+    char hex[65], err[DDP_ERRLEN];
     ddp_mode_t mode = ddp_request.given ? ddp_request.mode : config.default_mode;
     const char *env = getenv("DDP_TOPO");
     ddp_request_t req;
 
-    if (!ddp_request.given && env && ddp_request_parse(env, &req, hex, sizeof(hex)) == 0)
+    /* a bad DDP_TOPO is reported by slurmstepd, where it fails the tasks */
+    if (!ddp_request.given && env && ddp_request_parse(env, &req, err, sizeof(err)) == 0)
         mode = req.mode;
     if (mode == DDP_MODE_OFF || getenv("DDPRT_SECRET"))
         return 0;
