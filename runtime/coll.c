@@ -14,6 +14,7 @@
 
 #define PIPE_MIN_SEGMENT (1u << 20) /* below this the phases run one after another */
 #define PIPE_MAX_SEGMENTS 8
+#define RECHECK_EVERY 64   /* auto re-times the other algorithm this often */
 
 typedef struct {
     size_t off;   /* bytes */
@@ -282,6 +283,40 @@ static int timed(drt_comm_t *c, drt_algo_t a, const unsigned char *in, unsigned 
     return 0;
 }
 
+/* Every RECHECK_EVERY calls of a size class, run the other algorithm too
+ * (on a copy) and switch when it is clearly faster: a first trial on a busy
+ * machine can be wrong, and a training loop makes thousands of calls. Every
+ * rank counts the same calls, so all re-check together and agree (max). */
+static int recheck(drt_comm_t *c, int bucket, unsigned char *buf, const unsigned char *src,
+                   size_t count, size_t esize, drt_dtype_t t, drt_op_t op, drt_error_t *err)
+{
+    drt_algo_t cur = (drt_algo_t)c->choice[bucket];
+    drt_algo_t other = cur == DRT_ALGO_HIER ? DRT_ALGO_FLAT : DRT_ALGO_HIER;
+    double times[2] = {-1, -1}; /* current, other */
+    size_t bytes = count * esize;
+    unsigned char *copy = malloc(bytes ? bytes : 1);
+    int rc;
+
+    if (!copy)
+        return run(c, cur, buf, src, count, esize, t, op, err);
+    rc = timed(c, other, src ? src : buf, copy, count, esize, t, op, &times[1], err);
+    free(copy);
+    if (rc == 0) {
+        double t0 = drt_now();
+        rc = run(c, cur, buf, src, count, esize, t, op, err);
+        times[0] = drt_now() - t0;
+    }
+    if (rc == 0)
+        rc = ring_allreduce(c, &c->world, (unsigned char *)times, NULL, 0, 2, sizeof(double),
+                            DRT_FLOAT64, DRT_MAX, err);
+    if (rc == 0 && times[1] < 0.9 * times[0]) {
+        c->choice[bucket] = (signed char)other;
+        drt_log(c, "auto: messages of %zu+ bytes: switching to %s (%.1f us against %.1f us)",
+                (size_t)1 << bucket, drt_algo_name(other), times[1] * 1e6, times[0] * 1e6);
+    }
+    return rc;
+}
+
 /* First message of a size class: time both algorithms on the same data,
  * alternating (a shaped or shared network favours whoever goes first); up to
  * 4 MiB, where one run is noise, a warm-up round then the best of 3 (of 7 up
@@ -298,6 +333,9 @@ static int pick_and_run(drt_comm_t *c, unsigned char *buf, const unsigned char *
 
     while (bucket < 63 && ((size_t)1 << (bucket + 1)) <= bytes)
         bucket++;
+    if (c->uniform && c->algo == DRT_ALGO_AUTO && c->choice[bucket] >= 0 &&
+        ++c->calls[bucket] % RECHECK_EVERY == 0)
+        return recheck(c, bucket, buf, src, count, esize, t, op, err);
     if (!c->uniform || c->algo != DRT_ALGO_AUTO || c->choice[bucket] >= 0)
         return run(c, !c->uniform ? DRT_ALGO_FLAT
                       : c->algo != DRT_ALGO_AUTO ? c->algo : (drt_algo_t)c->choice[bucket],

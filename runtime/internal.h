@@ -56,6 +56,7 @@ struct drt_comm {
     unsigned char secret[DRT_SECRET_LEN];
     unsigned char *bounce;    /* TCP receive-and-reduce staging */
     signed char choice[64];   /* auto: per log2(bytes) bucket, -1 unknown */
+    uint32_t calls[64];       /* auto: calls per bucket since the choice, for re-checks */
     /* progress thread for non-blocking collectives */
     pthread_t thread;
     int thread_started, stopping;
