@@ -128,42 +128,32 @@ int net_accept(int lfd, double deadline, drt_error_t *err)
     }
 }
 
-int net_send_all(int fd, const void *buf, size_t len, double deadline)
+/* All of buf, or -1 on error, EOF or the deadline. */
+static int io_all(int fd, char *p, size_t len, double deadline, int sending)
 {
-    const char *p = buf;
-
     while (len) {
-        ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+        ssize_t n = sending ? send(fd, p, len, MSG_NOSIGNAL) : recv(fd, p, len, 0);
         if (n > 0) {
             p += n;
             len -= (size_t)n;
         } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-            if (wait_fd(fd, POLLOUT, deadline) <= 0)
-                return -1;
-        } else {
-            return -1;
-        }
-    }
-    return 0;
-}
-
-int net_recv_all(int fd, void *buf, size_t len, double deadline)
-{
-    char *p = buf;
-
-    while (len) {
-        ssize_t n = recv(fd, p, len, 0);
-        if (n > 0) {
-            p += n;
-            len -= (size_t)n;
-        } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-            if (wait_fd(fd, POLLIN, deadline) <= 0)
+            if (wait_fd(fd, sending ? POLLOUT : POLLIN, deadline) <= 0)
                 return -1;
         } else {
             return -1; /* EOF or error */
         }
     }
     return 0;
+}
+
+int net_send_all(int fd, const void *buf, size_t len, double deadline)
+{
+    return io_all(fd, (char *)buf, len, deadline, 1);
+}
+
+int net_recv_all(int fd, void *buf, size_t len, double deadline)
+{
+    return io_all(fd, buf, len, deadline, 0);
 }
 
 int net_secret_equal(const unsigned char *a, const unsigned char *b)
