@@ -3,8 +3,7 @@
  *   flat: reduce-scatter + allgather around the world ring (bandwidth-optimal);
  *   hier: node reduce-scatter, rail allreduce of each rank's chunk, node
  *         allgather (needs the same number of ranks on every node);
- *   auto: the faster of the two for each power-of-two message size, timed on
- *         first use and agreed on by all ranks.
+ *   auto: the faster of the two for each power-of-two message size (auto.c).
  * Position i of a group ends a reduce-scatter owning chunk i. */
 #include "internal.h"
 
@@ -14,7 +13,6 @@
 
 #define PIPE_MIN_SEGMENT (1u << 20) /* below this the phases run one after another */
 #define PIPE_MAX_SEGMENTS 8
-#define RECHECK_EVERY 64   /* auto re-times the other algorithm this often */
 
 typedef struct {
     size_t off;   /* bytes */
@@ -253,123 +251,28 @@ static int pipelined_hier(drt_comm_t *c, unsigned char *buf, const unsigned char
     return rc;
 }
 
-/* buf gets the result; the input is src, or buf itself when src is NULL */
-static int run(drt_comm_t *c, drt_algo_t a, unsigned char *buf, const unsigned char *src,
-               size_t count, size_t esize, drt_dtype_t t, drt_op_t op, drt_error_t *err)
+int coll_run(drt_comm_t *c, drt_algo_t a, const coll_args_t *x, drt_error_t *err)
 {
     if (a == DRT_ALGO_HIER && c->uniform && c->node.n > 1 && c->rail.n > 1 &&
-        count * esize >= 2 * (size_t)PIPE_MIN_SEGMENT)
-        return pipelined_hier(c, buf, src, count, esize, t, op, err);
+        x->count * x->esize >= 2 * (size_t)PIPE_MIN_SEGMENT)
+        return pipelined_hier(c, x->buf, x->src, x->count, x->esize, x->t, x->op, err);
     if (a == DRT_ALGO_HIER && c->uniform)
-        return hier_allreduce(c, buf, src, count, esize, t, op, err);
-    return ring_allreduce(c, &c->world, buf, src, 0, count, esize, t, op, err);
+        return hier_allreduce(c, x->buf, x->src, x->count, x->esize, x->t, x->op, err);
+    return ring_allreduce(c, &c->world, x->buf, x->src, 0, x->count, x->esize, x->t, x->op, err);
 }
 
-/* One timed run of algorithm a on dst (after copying `in` there unless
- * dst is the input itself); keeps the best time. */
-static int timed(drt_comm_t *c, drt_algo_t a, const unsigned char *in, unsigned char *dst,
-                 size_t count, size_t esize, drt_dtype_t t, drt_op_t op, double *best,
-                 drt_error_t *err)
+int coll_fence(drt_comm_t *c, drt_error_t *err)
 {
-    double t0;
+    int32_t one = 1;
 
-    if (dst != in)
-        memcpy(dst, in, count * esize);
-    t0 = drt_now();
-    if (run(c, a, dst, NULL, count, esize, t, op, err) < 0)
-        return -1;
-    t0 = drt_now() - t0;
-    *best = *best < 0 || t0 < *best ? t0 : *best;
-    return 0;
+    return ring_allreduce(c, &c->world, (unsigned char *)&one, NULL, 0, 1, sizeof(one),
+                          DRT_INT32, DRT_SUM, err);
 }
 
-/* Every RECHECK_EVERY calls of a size class, run the other algorithm too
- * (on a copy) and switch when it is clearly faster: a first trial on a busy
- * machine can be wrong, and a training loop makes thousands of calls. Every
- * rank counts the same calls, so all re-check together and agree (max). */
-static int recheck(drt_comm_t *c, int bucket, unsigned char *buf, const unsigned char *src,
-                   size_t count, size_t esize, drt_dtype_t t, drt_op_t op, drt_error_t *err)
+int coll_agree_max(drt_comm_t *c, double *v, size_t n, drt_error_t *err)
 {
-    drt_algo_t cur = (drt_algo_t)c->choice[bucket];
-    drt_algo_t other = cur == DRT_ALGO_HIER ? DRT_ALGO_FLAT : DRT_ALGO_HIER;
-    double times[2] = {-1, -1}; /* current, other */
-    size_t bytes = count * esize;
-    unsigned char *copy = malloc(bytes ? bytes : 1);
-    int rc;
-
-    if (!copy)
-        return run(c, cur, buf, src, count, esize, t, op, err);
-    rc = timed(c, other, src ? src : buf, copy, count, esize, t, op, &times[1], err);
-    free(copy);
-    if (rc == 0) {
-        double t0 = drt_now();
-        rc = run(c, cur, buf, src, count, esize, t, op, err);
-        times[0] = drt_now() - t0;
-    }
-    if (rc == 0)
-        rc = ring_allreduce(c, &c->world, (unsigned char *)times, NULL, 0, 2, sizeof(double),
-                            DRT_FLOAT64, DRT_MAX, err);
-    if (rc == 0 && times[1] < 0.9 * times[0]) {
-        c->choice[bucket] = (signed char)other;
-        drt_log(c, "auto: messages of %zu+ bytes: switching to %s (%.1f us against %.1f us)",
-                (size_t)1 << bucket, drt_algo_name(other), times[1] * 1e6, times[0] * 1e6);
-    }
-    return rc;
-}
-
-/* First message of a size class: time both algorithms on the same data,
- * alternating (a shaped or shared network favours whoever goes first); up to
- * 4 MiB, where one run is noise, a warm-up round then the best of 3 (of 7 up
- * to 256 KiB, where runs are cheap). Agree on
- * the slowest rank's view (the max) and remember the winner. The last hier
- * run gives the result. */
-static int pick_and_run(drt_comm_t *c, unsigned char *buf, const unsigned char *src,
-                        size_t count, size_t esize, drt_dtype_t t, drt_op_t op, drt_error_t *err)
-{
-    size_t bytes = count * esize;
-    int bucket = 0, reps = bytes <= (256u << 10) ? 8 : bytes <= (4u << 20) ? 4 : 1, rc = 0;
-    double times[2] = {-1, -1};
-    unsigned char *in, *copy;
-
-    while (bucket < 63 && ((size_t)1 << (bucket + 1)) <= bytes)
-        bucket++;
-    if (c->uniform && c->algo == DRT_ALGO_AUTO && c->choice[bucket] >= 0 &&
-        ++c->calls[bucket] % RECHECK_EVERY == 0)
-        return recheck(c, bucket, buf, src, count, esize, t, op, err);
-    if (!c->uniform || c->algo != DRT_ALGO_AUTO || c->choice[bucket] >= 0)
-        return run(c, !c->uniform ? DRT_ALGO_FLAT
-                      : c->algo != DRT_ALGO_AUTO ? c->algo : (drt_algo_t)c->choice[bucket],
-                   buf, src, count, esize, t, op, err);
-    if (src) /* the trial works in place */
-        memcpy(buf, src, bytes);
-    /* with one run each, buf is the untouched input until hier runs on it */
-    in = reps > 1 ? malloc(bytes ? bytes : 1) : buf;
-    copy = malloc(bytes ? bytes : 1);
-    if (!in || !copy)
-        rc = drt_fail(err, "out of memory for a %zu-byte trial buffer", bytes);
-    else if (in != buf)
-        memcpy(in, buf, bytes);
-    for (int i = 0; rc == 0 && i < reps; i++) {
-        if (timed(c, DRT_ALGO_FLAT, in, copy, count, esize, t, op, &times[0], err) < 0 ||
-            timed(c, DRT_ALGO_HIER, in, i == reps - 1 ? buf : copy, count, esize, t, op,
-                  &times[1], err) < 0)
-            rc = -1;
-        if (i == 0 && reps > 1) /* the first round warms caches and connections */
-            times[0] = times[1] = -1;
-    }
-    if (in != buf)
-        free(in);
-    free(copy);
-    if (rc == 0 && ring_allreduce(c, &c->world, (unsigned char *)times, NULL, 0, 2,
-                                  sizeof(double), DRT_FLOAT64, DRT_MAX, err) < 0)
-        rc = -1;
-    if (rc == 0) {
-        c->choice[bucket] = (signed char)(times[1] < times[0] ? DRT_ALGO_HIER : DRT_ALGO_FLAT);
-        drt_log(c, "auto: messages of %zu+ bytes: flat %.1f us, hier %.1f us: %s",
-                (size_t)1 << bucket, times[0] * 1e6, times[1] * 1e6,
-                drt_algo_name((drt_algo_t)c->choice[bucket]));
-    }
-    return rc;
+    return ring_allreduce(c, &c->world, (unsigned char *)v, NULL, 0, n, sizeof(double),
+                          DRT_FLOAT64, DRT_MAX, err);
 }
 
 /* The working buffer: recv itself when aligned for the type, else a copy;
@@ -381,6 +284,7 @@ int coll_allreduce(drt_comm_t *c, const void *send, void *recv, size_t count, dr
     int half = t == DRT_BFLOAT16 || t == DRT_FLOAT16, rc;
     size_t wsize = half ? sizeof(float) : esize;
     unsigned char *work = recv;
+    coll_args_t x;
 
     if (!esize)
         return drt_fail(err, "allreduce: unknown data type %d", (int)t);
@@ -394,8 +298,10 @@ int coll_allreduce(drt_comm_t *c, const void *send, void *recv, size_t count, dr
         drt_to_f32((float *)work, send, count, t);
     else if (work != (unsigned char *)recv && work != send)
         memmove(work, send, count * esize);
-    rc = pick_and_run(c, work, work == (unsigned char *)recv && work != send ? send : NULL, count,
-                      wsize, half ? DRT_FLOAT32 : t, op, err);
+    x = (coll_args_t){work, work == (unsigned char *)recv && work != send ? send : NULL, count,
+                      wsize, half ? DRT_FLOAT32 : t, op};
+    rc = !c->uniform ? coll_run(c, DRT_ALGO_FLAT, &x, err)
+         : c->algo == DRT_ALGO_AUTO ? auto_allreduce(c, &x, err) : coll_run(c, c->algo, &x, err);
     if (rc == 0 && op == DRT_AVG)
         drt_scale_avg(work, count, half ? DRT_FLOAT32 : t, c->size);
     if (rc == 0 && half)
@@ -485,9 +391,6 @@ int coll_reduce_scatter(drt_comm_t *c, const void *send, void *recv, size_t coun
 
 int coll_barrier(drt_comm_t *c, drt_error_t *err)
 {
-    int32_t one = 1;
-
     c->seq++;
-    return ring_allreduce(c, &c->world, (unsigned char *)&one, NULL, 0, 1, sizeof(one),
-                          DRT_INT32, DRT_SUM, err);
+    return coll_fence(c, err);
 }

@@ -80,7 +80,8 @@ static int parse_settings(drt_comm_t *c, drt_error_t *err)
     if (a && drt_algo_parse(a, &c->algo) < 0)
         return drt_fail(err, "DDPRT_ALGO='%.40s' is not flat, hier or auto", a);
     c->verbose = v && *v && strcmp(v, "0");
-    memset(c->choice, -1, sizeof(c->choice));
+    for (int i = 0; i < 64; i++)
+        c->sizes[i].choice = -1;
     return 0;
 }
 

@@ -11,7 +11,9 @@
 
 #define DRT_SECRET_LEN 32        /* bytes of the per-job secret */
 #define DRT_MAGIC 0x64647274u    /* "ddrt" */
-#define DRT_SHM_RING (4u << 20)  /* bytes of one shared-memory ring */
+/* bytes of one shared-memory ring: small enough that what one rank writes is
+ * still in cache when its peer reads it (256 KiB measured best, 64 KiB-4 MiB) */
+#define DRT_SHM_RING (256u << 10)
 
 /* A one-way shared-memory ring between two ranks of a node. */
 typedef struct {
@@ -36,6 +38,15 @@ typedef struct {
 
 typedef struct shm shm_t;
 
+/* What DRT_ALGO_AUTO knows about one power-of-two message size (auto.c). */
+#define AUTO_SAMPLES 8
+typedef struct {
+    int choice;                      /* DRT_ALGO_FLAT or _HIER, -1 before the trial */
+    uint32_t calls;                  /* since the choice, for re-checks */
+    double t[2][AUTO_SAMPLES];       /* latest fenced run times, flat and hier */
+    uint32_t n[2];                   /* runs recorded in t (the latest AUTO_SAMPLES kept) */
+} auto_class_t;
+
 struct drt_comm {
     drt_env_t env;
     int rank, size;
@@ -55,8 +66,7 @@ struct drt_comm {
     int verbose;
     unsigned char secret[DRT_SECRET_LEN];
     unsigned char *bounce;    /* TCP receive-and-reduce staging */
-    signed char choice[64];   /* auto: per log2(bytes) bucket, -1 unknown */
-    uint32_t calls[64];       /* auto: calls per bucket since the choice, for re-checks */
+    auto_class_t sizes[64];   /* auto: per power-of-two message size */
     /* progress thread for non-blocking collectives */
     pthread_t thread;
     int thread_started, stopping;
@@ -109,12 +119,24 @@ int xfer_reduce(drt_comm_t *c, int to, const void *sbuf, size_t slen, int from, 
 /* reduce.c */
 size_t drt_dtype_size(drt_dtype_t t);
 void drt_reduce(void *acc, const void *in, size_t count, drt_dtype_t t, drt_op_t op);
+void drt_reduce_to(void *out, const void *x, const void *y, size_t count, drt_dtype_t t,
+                   drt_op_t op);
 void drt_scale_avg(void *buf, size_t count, drt_dtype_t t, int n);
 void drt_to_f32(float *out, const void *in, size_t count, drt_dtype_t t);
 void drt_from_f32(void *out, const float *in, size_t count, drt_dtype_t t);
 
 /* coll.c: the collectives; the public drt_* wrappers (async.c) first wait
  * for outstanding non-blocking requests */
+typedef struct {
+    unsigned char *buf;       /* gets the result */
+    const unsigned char *src; /* the input when out of place, else NULL (buf) */
+    size_t count, esize;      /* elements, bytes each (aligned, 16-bit widened) */
+    drt_dtype_t t;
+    drt_op_t op;
+} coll_args_t;
+int coll_run(drt_comm_t *c, drt_algo_t a, const coll_args_t *x, drt_error_t *err);
+int coll_fence(drt_comm_t *c, drt_error_t *err); /* a barrier outside the count */
+int coll_agree_max(drt_comm_t *c, double *v, size_t n, drt_error_t *err);
 int coll_allreduce(drt_comm_t *c, const void *send, void *recv, size_t count, drt_dtype_t t,
                    drt_op_t op, drt_error_t *err);
 int coll_broadcast(drt_comm_t *c, void *buf, size_t bytes, int root, drt_error_t *err);
@@ -122,6 +144,9 @@ int coll_allgather(drt_comm_t *c, const void *send, void *recv, size_t bytes, dr
 int coll_reduce_scatter(drt_comm_t *c, const void *send, void *recv, size_t count,
                         drt_dtype_t t, drt_op_t op, drt_error_t *err);
 int coll_barrier(drt_comm_t *c, drt_error_t *err);
+
+/* auto.c: DRT_ALGO_AUTO's choice per message size */
+int auto_allreduce(drt_comm_t *c, const coll_args_t *x, drt_error_t *err);
 
 /* async.c */
 void drt_async_stop(drt_comm_t *c);

@@ -52,16 +52,18 @@ typedef struct {
     const unsigned char *base; /* out of place: the other operand */
 } side_t;
 
-/* Out of place, a piece of the destination starts as the base's bytes
- * (copied while it is about to be in cache anyway). */
-static void start_piece(const side_t *s, size_t n)
+/* Combine n arrived bytes into the destination at offset off: in place, or
+ * out of place from the base in the same pass. */
+static void combine(const side_t *s, size_t off, const unsigned char *in, size_t n)
 {
     if (s->base)
-        memcpy(s->buf + s->done, s->base + s->done, n);
+        drt_reduce_to(s->buf + off, s->base + off, in, n / s->esize, s->t, s->op);
+    else
+        drt_reduce(s->buf + off, in, n / s->esize, s->t, s->op);
 }
 
 #define BOUNCE (256u << 10)
-#define SHM_STEP (128u << 10)
+#define SHM_STEP (32u << 10)
 
 /* Reduce whole elements straight out of a shared-memory ring. */
 static size_t ring_reduce(side_t *s, size_t left)
@@ -73,9 +75,8 @@ static size_t ring_reduce(side_t *s, size_t left)
     n = left < avail ? left : avail;
     n -= n % s->esize;
     first = n < DRT_SHM_RING - off ? n : DRT_SHM_RING - off;
-    start_piece(s, n);
-    drt_reduce(s->buf + s->done, r->data + off, first / s->esize, s->t, s->op);
-    drt_reduce(s->buf + s->done + first, r->data, (n - first) / s->esize, s->t, s->op);
+    combine(s, s->done, r->data + off, first);
+    combine(s, s->done + first, r->data, n - first);
     __atomic_store_n(&r->head, head + n, __ATOMIC_RELEASE);
     return n;
 }
@@ -91,8 +92,7 @@ static ssize_t recv_reduce(side_t *s, size_t left)
         return n;
     s->have += (size_t)n;
     whole = s->have - s->have % s->esize;
-    start_piece(s, whole);
-    drt_reduce(s->buf + s->done, s->bounce, whole / s->esize, s->t, s->op);
+    combine(s, s->done, s->bounce, whole);
     memmove(s->bounce, s->bounce + whole, s->have - whole);
     s->have -= whole;
     return (ssize_t)whole;

@@ -1,0 +1,157 @@
+/* DRT_ALGO_AUTO: which allreduce algorithm for which message size.
+ *
+ * Per power-of-two size class, the first message times both algorithms (the
+ * trial), later calls run the winner, and calls 64, 128, 256, ... of the
+ * class re-check the other one: a first trial on a busy machine can be
+ * wrong, and a training loop makes thousands of calls.
+ *
+ * Every timing that enters a decision starts right after a fence. Without
+ * one, a rank times its own lateness, and in back-to-back runs the rank that
+ * arrives last finds its data waiting and times almost nothing (measured
+ * here: unfenced trials made the slower algorithm look twice as fast).
+ * Decisions compare the median of each algorithm's latest fenced runs, as
+ * robust to one stalled run as to one lucky burst (the minimum is not: on a
+ * shaped link, a run that finds the token bucket full looked 40% faster
+ * than the algorithm ever was). The ranks agree on the slowest rank's view
+ * (max), so all of them always choose alike. */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define RECHECK_FIRST 64  /* the first re-check, at this call of a size class */
+#define SWITCH_MARGIN 0.9 /* switch when the other is at least 10% faster */
+
+static auto_class_t *class_of(drt_comm_t *c, size_t bytes)
+{
+    int b = 0;
+
+    while (b < 63 && ((size_t)1 << (b + 1)) <= bytes)
+        b++;
+    return &c->sizes[b];
+}
+
+static int slot(drt_algo_t a)
+{
+    return a == DRT_ALGO_HIER;
+}
+
+static double median(const auto_class_t *k, int s)
+{
+    uint32_t n = k->n[s] < AUTO_SAMPLES ? k->n[s] : AUTO_SAMPLES;
+    double v[AUTO_SAMPLES];
+
+    memcpy(v, k->t[s], n * sizeof(double));
+    for (uint32_t i = 1; i < n; i++) /* insertion sort: at most 8 values */
+        for (uint32_t j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            double tmp = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = tmp;
+        }
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* One fenced, timed run of a, recorded in the size class. */
+static int fenced_run(drt_comm_t *c, auto_class_t *k, drt_algo_t a, const coll_args_t *x,
+                      drt_error_t *err)
+{
+    int s = slot(a);
+    double t0;
+
+    if (coll_fence(c, err) < 0)
+        return -1;
+    t0 = drt_now();
+    if (coll_run(c, a, x, err) < 0)
+        return -1;
+    k->t[s][k->n[s]++ % AUTO_SAMPLES] = drt_now() - t0;
+    return 0;
+}
+
+/* times[] = the slowest rank's median flat and hier times */
+static int agree(drt_comm_t *c, const auto_class_t *k, double times[2], drt_error_t *err)
+{
+    times[0] = median(k, 0);
+    times[1] = median(k, 1);
+    return coll_agree_max(c, times, 2, err);
+}
+
+/* The first message of a size class: both algorithms on copies of the
+ * input, alternating (a shaped or shared network favours whoever goes
+ * first), a discarded warm-up round then 7 runs each up to 256 KiB, 3 up to
+ * 4 MiB, one above; the last hier run gives the result. */
+static int trial(drt_comm_t *c, auto_class_t *k, const coll_args_t *x, drt_error_t *err)
+{
+    size_t bytes = x->count * x->esize;
+    int reps = bytes <= (256u << 10) ? 8 : bytes <= (4u << 20) ? 4 : 1, rc = 0;
+    unsigned char *copy = malloc(bytes ? bytes : 1);
+    const unsigned char *in = x->src ? x->src : x->buf; /* intact until the last run */
+    coll_args_t on_copy = *x;
+    double times[2];
+
+    if (!copy)
+        return drt_fail(err, "out of memory for a %zu-byte trial buffer", bytes);
+    on_copy.buf = copy;
+    on_copy.src = NULL;
+    for (int i = 0; rc == 0 && i < reps; i++) {
+        memcpy(copy, in, bytes);
+        rc = fenced_run(c, k, DRT_ALGO_FLAT, &on_copy, err);
+        if (rc == 0 && i < reps - 1) {
+            memcpy(copy, in, bytes);
+            rc = fenced_run(c, k, DRT_ALGO_HIER, &on_copy, err);
+        }
+        if (i == 0 && reps > 1) /* warms caches and connections */
+            k->n[0] = k->n[1] = 0;
+    }
+    free(copy);
+    if (rc < 0 || fenced_run(c, k, DRT_ALGO_HIER, x, err) < 0 || agree(c, k, times, err) < 0)
+        return -1;
+    k->choice = times[1] < times[0] ? DRT_ALGO_HIER : DRT_ALGO_FLAT;
+    drt_log(c, "auto: messages of %zu+ bytes: flat %.1f us, hier %.1f us: %s",
+            (size_t)1 << (k - c->sizes), times[0] * 1e6, times[1] * 1e6,
+            drt_algo_name((drt_algo_t)k->choice));
+    return 0;
+}
+
+static int power_of_two_from(uint32_t n, uint32_t first)
+{
+    return n >= first && (n & (n - 1)) == 0;
+}
+
+/* A re-check takes two calls that each do their real work: the first runs
+ * the other algorithm, the next the chosen one, both fenced and timed; then
+ * the ranks agree and maybe switch. It costs two fences, a 16-byte
+ * allreduce and the difference between the algorithms, no extra run. */
+static int recheck(drt_comm_t *c, auto_class_t *k, const coll_args_t *x, int second,
+                   drt_error_t *err)
+{
+    drt_algo_t cur = (drt_algo_t)k->choice;
+    drt_algo_t other = cur == DRT_ALGO_HIER ? DRT_ALGO_FLAT : DRT_ALGO_HIER;
+    double times[2];
+
+    if (!second)
+        return fenced_run(c, k, other, x, err);
+    if (fenced_run(c, k, cur, x, err) < 0 || agree(c, k, times, err) < 0)
+        return -1;
+    if (times[slot(other)] < SWITCH_MARGIN * times[slot(cur)]) {
+        k->choice = other;
+        k->calls = 0;
+        drt_log(c, "auto: messages of %zu+ bytes: switching to %s (median %.1f us against "
+                "%.1f us)", (size_t)1 << (k - c->sizes), drt_algo_name(other),
+                times[slot(other)] * 1e6, times[slot(cur)] * 1e6);
+    }
+    return 0;
+}
+
+int auto_allreduce(drt_comm_t *c, const coll_args_t *x, drt_error_t *err)
+{
+    auto_class_t *k = class_of(c, x->count * x->esize);
+
+    if (k->choice < 0)
+        return trial(c, k, x, err);
+    k->calls++;
+    if (power_of_two_from(k->calls, RECHECK_FIRST))
+        return recheck(c, k, x, 0, err);
+    if (power_of_two_from(k->calls - 1, RECHECK_FIRST))
+        return recheck(c, k, x, 1, err);
+    return coll_run(c, (drt_algo_t)k->choice, x, err);
+}
