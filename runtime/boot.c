@@ -7,6 +7,8 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -21,6 +23,7 @@ typedef struct {
     uint32_t magic, size;
     unsigned char secret[DRT_SECRET_LEN];
     uint32_t rank, node, local, port, pid;
+    uint32_t ip; /* where this rank takes data connections; 0: its source address */
 } hello_t;
 
 typedef struct {
@@ -33,7 +36,7 @@ static int valid_hello(const drt_comm_t *c, const hello_t *h)
            (int)h->size == c->size && (int)h->rank < c->size;
 }
 
-static void hello_fill(const drt_comm_t *c, hello_t *h, int port)
+static void hello_fill(const drt_comm_t *c, hello_t *h, int port, uint32_t ip)
 {
     memset(h, 0, sizeof(*h));
     h->magic = DRT_MAGIC;
@@ -44,6 +47,7 @@ static void hello_fill(const drt_comm_t *c, hello_t *h, int port)
     h->local = c->env.local_rank;
     h->port = (uint32_t)port;
     h->pid = (uint32_t)getpid();
+    h->ip = ip;
 }
 
 /* Accept one authenticated hello; strangers are closed and logged. */
@@ -82,7 +86,97 @@ static uint32_t master_ip(const drt_comm_t *c)
     return ip;
 }
 
-static int gather_as_root(drt_comm_t *c, int port, endpoint_t *tab, drt_error_t *err)
+/* The address that routes towards MASTER_ADDR. */
+static uint32_t route_ip(const drt_comm_t *c)
+{
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons(9), .sin_addr.s_addr = master_ip(c)};
+    struct sockaddr_in local = {0};
+    socklen_t len = sizeof(local);
+    int fd = socket(AF_INET, SOCK_DGRAM, 0);
+
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&to, sizeof(to)) == 0)
+        getsockname(fd, (struct sockaddr *)&local, &len);
+    if (fd >= 0)
+        close(fd);
+    return local.sin_addr.s_addr ? local.sin_addr.s_addr : htonl(INADDR_LOOPBACK);
+}
+
+/* The interface data connections must use: DDPRT_SOCKET_IFNAME, else
+ * GLOO_SOCKET_IFNAME (what the plugin's plan sets for CPU collectives;
+ * Gloo's syntax allows a comma list, the first entry counts). */
+static const char *wanted_iface(const char **var, char *buf, size_t len)
+{
+    const char *v = getenv("DDPRT_SOCKET_IFNAME");
+
+    *var = "DDPRT_SOCKET_IFNAME";
+    if (!v || !*v) {
+        v = getenv("GLOO_SOCKET_IFNAME");
+        *var = "GLOO_SOCKET_IFNAME";
+    }
+    if (!v || !*v)
+        return NULL;
+    snprintf(buf, len, "%.*s", (int)strcspn(v, ","), v);
+    return buf;
+}
+
+static int is_loopback(uint32_t ip)
+{
+    return (ntohl(ip) >> 24) == 127;
+}
+
+/* An IPv4 address of interface `name` (prefer, if it has that one), or with
+ * name NULL of the first interface that is up and not loopback; 0 if none. */
+static uint32_t iface_ip(const char *name, uint32_t prefer)
+{
+    struct ifaddrs *all;
+    uint32_t found = 0;
+
+    if (getifaddrs(&all) < 0)
+        return 0;
+    for (struct ifaddrs *i = all; i; i = i->ifa_next) {
+        uint32_t a;
+        if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET ||
+            (name ? strcmp(i->ifa_name, name) != 0
+                  : (i->ifa_flags & IFF_LOOPBACK) || !(i->ifa_flags & IFF_UP)))
+            continue;
+        a = ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr;
+        if (!found || a == prefer)
+            found = a;
+    }
+    freeifaddrs(all);
+    return found;
+}
+
+/* Where peers reach this rank: an address of the wanted interface (the one
+ * routing towards MASTER_ADDR if it is on it), else the routing address.
+ * That is loopback on the master's node when its name maps to 127.0.1.1
+ * (Debian's /etc/hosts does this), which no other node can reach: then a
+ * multi-node job takes the first address that is up and not loopback. */
+static int choose_ip(const drt_comm_t *c, uint32_t *ip, drt_error_t *err)
+{
+    const char *var, *want;
+    char name[IF_NAMESIZE + 1], text[INET_ADDRSTRLEN];
+    uint32_t other;
+
+    *ip = route_ip(c);
+    if ((want = wanted_iface(&var, name, sizeof(name)))) {
+        if (!(*ip = iface_ip(want, *ip)))
+            return drt_fail(err, "%s=%s: this node has no interface %s with an IPv4 address "
+                            "(name one that has, see `ip -4 addr`, or unset %s)", var, want,
+                            want, var);
+        inet_ntop(AF_INET, ip, text, sizeof(text));
+        drt_log(c, "data connections on %s (%s, from %s)", want, text, var);
+    } else if (is_loopback(*ip) && c->env.node_count > 1 && (other = iface_ip(NULL, 0))) {
+        *ip = other;
+        inet_ntop(AF_INET, ip, text, sizeof(text));
+        drt_log(c, "MASTER_ADDR %s is loopback here; other nodes reach this one at %s",
+                c->env.master_addr, text);
+    }
+    return 0;
+}
+
+static int gather_as_root(drt_comm_t *c, int port, uint32_t ip, endpoint_t *tab,
+                          drt_error_t *err)
 {
     double deadline = drt_now() + c->timeout;
     int lfd = net_listen(c->env.master_port, NULL, err), *fds = calloc((size_t)c->size, sizeof(int));
@@ -91,7 +185,7 @@ static int gather_as_root(drt_comm_t *c, int port, endpoint_t *tab, drt_error_t 
 
     if (lfd < 0 || !fds || !seen)
         goto out;
-    tab[0] = (endpoint_t){master_ip(c), (uint32_t)port, c->env.node_rank, c->env.local_rank,
+    tab[0] = (endpoint_t){ip, (uint32_t)port, c->env.node_rank, c->env.local_rank,
                           (uint32_t)getpid()};
     seen[0] = 1;
     while (got < c->size) {
@@ -112,7 +206,8 @@ static int gather_as_root(drt_comm_t *c, int port, endpoint_t *tab, drt_error_t 
             continue;
         }
         getpeername(fd, (struct sockaddr *)&peer, &len);
-        tab[h.rank] = (endpoint_t){peer.sin_addr.s_addr, h.port, h.node, h.local, h.pid};
+        tab[h.rank] = (endpoint_t){h.ip ? h.ip : peer.sin_addr.s_addr, h.port, h.node, h.local,
+                                   h.pid};
         seen[h.rank] = 1;
         fds[h.rank] = fd;
         got++;
@@ -132,7 +227,8 @@ out:
     return rc;
 }
 
-static int gather_as_client(drt_comm_t *c, int port, endpoint_t *tab, drt_error_t *err)
+static int gather_as_client(drt_comm_t *c, int port, uint32_t ip, endpoint_t *tab,
+                            drt_error_t *err)
 {
     double deadline = drt_now() + c->timeout;
     int fd = net_connect(c->env.master_addr, c->env.master_port, deadline, err);
@@ -141,7 +237,7 @@ static int gather_as_client(drt_comm_t *c, int port, endpoint_t *tab, drt_error_
     if (fd < 0)
         return drt_fail(err, "bootstrap: rank 0 at %s:%u did not answer within %.0f s "
                         "(DDPRT_TIMEOUT)", c->env.master_addr, c->env.master_port, c->timeout);
-    hello_fill(c, &h, port);
+    hello_fill(c, &h, port, ip);
     if (net_send_all(fd, &h, sizeof(h), deadline) < 0 ||
         net_recv_all(fd, tab, sizeof(endpoint_t) * (size_t)c->size, deadline) < 0) {
         close(fd);
@@ -188,11 +284,12 @@ static int connect_peers(drt_comm_t *c, int lfd, const endpoint_t *tab, drt_erro
         inet_ntop(AF_INET, &tab[p].ip, host, sizeof(host));
         if ((fd = net_connect(host, (int)tab[p].port, deadline, err)) < 0)
             return drt_fail(err, "cannot connect to rank %d at %s:%u", p, host, tab[p].port);
-        hello_fill(c, &h, 0);
+        hello_fill(c, &h, 0, 0);
         if (net_send_all(fd, &h, sizeof(h), deadline) < 0) {
             close(fd);
             return drt_fail(err, "cannot greet rank %d at %s:%u", p, host, tab[p].port);
         }
+        drt_log(c, "connected to rank %d at %s:%u", p, host, tab[p].port);
         c->chan[p].fd = fd;
     }
     while (expect > 0) {
@@ -265,24 +362,9 @@ static void build_groups(drt_comm_t *c)
     find_me(c, &c->rail);
 }
 
-/* The address peers reach us at: the one routing towards MASTER_ADDR. */
-static uint32_t my_ip(const drt_comm_t *c)
+static int gather_pmix(drt_comm_t *c, int port, uint32_t ip, endpoint_t *tab, drt_error_t *err)
 {
-    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons(9), .sin_addr.s_addr = master_ip(c)};
-    struct sockaddr_in local = {0};
-    socklen_t len = sizeof(local);
-    int fd = socket(AF_INET, SOCK_DGRAM, 0);
-
-    if (fd >= 0 && connect(fd, (struct sockaddr *)&to, sizeof(to)) == 0)
-        getsockname(fd, (struct sockaddr *)&local, &len);
-    if (fd >= 0)
-        close(fd);
-    return local.sin_addr.s_addr ? local.sin_addr.s_addr : htonl(INADDR_LOOPBACK);
-}
-
-static int gather_pmix(drt_comm_t *c, int port, endpoint_t *tab, drt_error_t *err)
-{
-    endpoint_t mine = {my_ip(c), (uint32_t)port, c->env.node_rank, c->env.local_rank,
+    endpoint_t mine = {ip, (uint32_t)port, c->env.node_rank, c->env.local_rank,
                        (uint32_t)getpid()};
 
     return pmix_exchange(c, &mine, tab, sizeof(mine), err);
@@ -292,13 +374,15 @@ int boot_exchange(drt_comm_t *c, drt_error_t *err)
 {
     endpoint_t *tab = calloc((size_t)c->size, sizeof(endpoint_t));
     int port, lfd = net_listen(0, &port, err), rc = -1;
+    uint32_t ip;
 
-    if (!tab || lfd < 0)
+    if (!tab || lfd < 0 || choose_ip(c, &ip, err) < 0)
         goto out;
     drt_log(c, pmix_wanted() ? "bootstrap through PMIx" : "bootstrap through TCP at %s:%u",
             c->env.master_addr, c->env.master_port);
-    if ((pmix_wanted() ? gather_pmix(c, port, tab, err)
-         : c->rank == 0 ? gather_as_root(c, port, tab, err) : gather_as_client(c, port, tab, err)) < 0)
+    if ((pmix_wanted() ? gather_pmix(c, port, ip, tab, err)
+         : c->rank == 0 ? gather_as_root(c, port, ip, tab, err)
+                        : gather_as_client(c, port, ip, tab, err)) < 0)
         goto out;
     for (int r = 0; r < c->size; r++) {
         c->node_of[r] = (int)tab[r].node;

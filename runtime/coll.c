@@ -281,7 +281,7 @@ int coll_allreduce(drt_comm_t *c, const void *send, void *recv, size_t count, dr
                    drt_op_t op, drt_error_t *err)
 {
     size_t esize = drt_dtype_size(t);
-    int half = t == DRT_BFLOAT16 || t == DRT_FLOAT16, rc;
+    int half = t == DRT_BFLOAT16 || t == DRT_FLOAT16, read_send, rc;
     size_t wsize = half ? sizeof(float) : esize;
     unsigned char *work = recv;
     coll_args_t x;
@@ -293,13 +293,15 @@ int coll_allreduce(drt_comm_t *c, const void *send, void *recv, size_t count, dr
         if (!(work = aligned_alloc(64, ((count * wsize) / 64 + 1) * 64)))
             return drt_fail(err, "out of memory for %zu elements", count);
     }
-    /* out of place into recv itself: the algorithms read send directly */
+    /* out of place into recv itself: the algorithms read send directly when
+     * it is aligned too (reductions load elements from it) */
+    read_send = !half && work == (unsigned char *)recv && work != send &&
+                (uintptr_t)send % esize == 0;
     if (half)
         drt_to_f32((float *)work, send, count, t);
-    else if (work != (unsigned char *)recv && work != send)
+    else if (work != send && !read_send)
         memmove(work, send, count * esize);
-    x = (coll_args_t){work, work == (unsigned char *)recv && work != send ? send : NULL, count,
-                      wsize, half ? DRT_FLOAT32 : t, op};
+    x = (coll_args_t){work, read_send ? send : NULL, count, wsize, half ? DRT_FLOAT32 : t, op};
     rc = !c->uniform ? coll_run(c, DRT_ALGO_FLAT, &x, err)
          : c->algo == DRT_ALGO_AUTO ? auto_allreduce(c, &x, err) : coll_run(c, c->algo, &x, err);
     if (rc == 0 && op == DRT_AVG)
