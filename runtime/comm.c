@@ -23,17 +23,24 @@ int drt_fail(drt_error_t *err, const char *fmt, ...)
     return -1;
 }
 
+/* One write per line: ranks share a terminal or pipe, and a line written
+ * in pieces interleaves with theirs. */
 void drt_log(const drt_comm_t *c, const char *fmt, ...)
 {
+    char line[1024];
     va_list ap;
+    int n;
 
     if (!c->verbose)
         return;
-    fprintf(stderr, "ddprt: rank %d: ", c->rank);
+    n = snprintf(line, sizeof(line), "ddprt: rank %d: ", c->rank);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    n = (int)strlen(line);
+    line[n++] = '\n';
+    if (write(STDERR_FILENO, line, (size_t)n) < 0)
+        return; /* nowhere to log to */
 }
 
 double drt_now(void)
