@@ -142,10 +142,14 @@ static int recheck(drt_comm_t *c, auto_class_t *k, const coll_args_t *x, int sec
     return 0;
 }
 
+/* With one node, or one rank per node, hier is the flat ring (the cost
+ * model's T_H = T_F there): nothing to choose, no trial to pay for. */
 int auto_allreduce(drt_comm_t *c, const coll_args_t *x, drt_error_t *err)
 {
     auto_class_t *k = class_of(c, x->count * x->esize);
 
+    if (c->nnodes < 2 || c->node.n < 2)
+        return coll_run(c, DRT_ALGO_FLAT, x, err);
     if (k->choice < 0)
         return trial(c, k, x, err);
     k->calls++;
