@@ -120,13 +120,27 @@ static int load_topology(const char *pattern, const char *node_name, char *err, 
     return rc;
 }
 
-/* The interface holding MASTER_ADDR's address, or routing to it. */
-static void find_ifname(const char *master)
+static const struct ifaddrs *iface_with(const struct ifaddrs *ifs, in_addr_t addr)
+{
+    for (const struct ifaddrs *i = ifs; i; i = i->ifa_next)
+        if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
+            ((const struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr == addr)
+            return i;
+    return NULL;
+}
+
+/* The interface holding MASTER_ADDR's address (on the master's node, where
+ * the route is lo), or routing to it; never a loopback one in a step on
+ * several nodes: there MASTER_ADDR resolved to a loopback address on its
+ * own node (/etc/hosts' 127.0.1.1), and NCCL or Gloo bound to lo would
+ * strand every other node. Left unset, they pick. */
+static void find_ifname(const char *master, unsigned nnodes)
 {
     struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_DGRAM}, *ai;
     struct sockaddr_in local = {0};
     socklen_t len = sizeof(local);
     struct ifaddrs *ifs;
+    const struct ifaddrs *found;
     int fd;
 
     state.ifname[0] = '\0';
@@ -138,19 +152,11 @@ static void find_ifname(const char *master)
     if (fd >= 0)
         close(fd);
     if (getifaddrs(&ifs) == 0) {
-        const struct in_addr *target = &((struct sockaddr_in *)ai->ai_addr)->sin_addr;
-        for (int pass = 0; pass < 2 && !state.ifname[0]; pass++)
-            for (struct ifaddrs *i = ifs; i; i = i->ifa_next) {
-                const struct in_addr *a;
-                if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET)
-                    continue;
-                a = &((struct sockaddr_in *)i->ifa_addr)->sin_addr;
-                /* the master's own address first: on its node the route is lo */
-                if (a->s_addr == (pass ? local.sin_addr.s_addr : target->s_addr)) {
-                    snprintf(state.ifname, sizeof(state.ifname), "%s", i->ifa_name);
-                    break;
-                }
-            }
+        found = iface_with(ifs, ((struct sockaddr_in *)ai->ai_addr)->sin_addr.s_addr);
+        if (!found)
+            found = iface_with(ifs, local.sin_addr.s_addr);
+        if (found && !(nnodes > 1 && (found->ifa_flags & IFF_LOOPBACK)))
+            snprintf(state.ifname, sizeof(state.ifname), "%s", found->ifa_name);
         freeifaddrs(ifs);
     }
     freeaddrinfo(ai);
@@ -167,7 +173,7 @@ int ddp_bind_user_init(spank_t sp, const ddp_bind_request_t *req, char *err, siz
 
     memset(&state, 0, sizeof(state));
     state.bind = req->bind;
-    find_ifname(req->master_addr);
+    find_ifname(req->master_addr, req->nnodes);
     if (!cpus || load_topology(req->topology, req->node_name, err, errlen) < 0)
         goto fail;
     if ((rc = allocated_gpus(sp, gpus, &ngpus, err, errlen)) < 0)

@@ -34,6 +34,7 @@ typedef struct {
     const char *topology;  /* "live" or a pattern */
     const char *node_name;
     const char *master_addr;
+    unsigned nnodes;       /* in the step */
     unsigned local_count;
     unsigned bind;
     bool share;

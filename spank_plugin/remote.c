@@ -223,7 +223,8 @@ static void plan_binding(spank_t sp)
 {
     char err[DDP_ERRLEN];
     ddp_bind_request_t req = {.topology = config.topology, .node_name = step.node_name,
-                              .master_addr = step.master_addr, .local_count = step.local_count,
+                              .master_addr = step.master_addr, .nnodes = step.nnodes,
+                              .local_count = step.local_count,
                               .bind = ddp_bind_given ? ddp_bind_value : config.bind,
                               .share = step.req.share};
 
