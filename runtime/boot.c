@@ -231,9 +231,13 @@ static int gather_as_client(drt_comm_t *c, int port, uint32_t ip, endpoint_t *ta
                             drt_error_t *err)
 {
     double deadline = drt_now() + c->timeout;
-    int fd = net_connect(c->env.master_addr, c->env.master_port, deadline, err);
+    drt_error_t why;
+    int fd = net_connect(c->env.master_addr, c->env.master_port, deadline, &why);
     hello_t h;
 
+    if (fd < 0 && !strncmp(why.text, "cannot resolve", 14))
+        return drt_fail(err, "bootstrap: MASTER_ADDR: %.200s (set it to a name or IPv4 address "
+                        "that every node resolves)", why.text);
     if (fd < 0)
         return drt_fail(err, "bootstrap: rank 0 at %s:%u did not answer within %.0f s "
                         "(DDPRT_TIMEOUT)", c->env.master_addr, c->env.master_port, c->timeout);

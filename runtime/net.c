@@ -110,7 +110,7 @@ int net_connect(const char *host, int port, double deadline, drt_error_t *err)
         backoff = backoff < 0.5 ? backoff * 2 : 0.5;
     }
     freeaddrinfo(ai);
-    return drt_fail(err, "cannot connect to %s:%d", host, port);
+    return drt_fail(err, "no answer from %s:%d", host, port);
 }
 
 int net_accept(int lfd, double deadline, drt_error_t *err)
