@@ -77,30 +77,36 @@ static int agree(drt_comm_t *c, const auto_class_t *k, double times[2], drt_erro
     return coll_agree_max(c, times, 2, err);
 }
 
-/* The first message of a size class: both algorithms on copies of the
- * input, alternating (a shaped or shared network favours whoever goes
- * first), a discarded warm-up round then 7 runs each up to 256 KiB, 3 up to
- * 4 MiB, one above; the last hier run gives the result. */
+/* A trial run before the last: out of place it reads the untouched send
+ * buffer and overwrites the result buffer; in place it works on a copy of
+ * the input, refreshed each time. */
+static int scratch_run(drt_comm_t *c, auto_class_t *k, drt_algo_t a, const coll_args_t *scratch,
+                       const unsigned char *input, size_t bytes, drt_error_t *err)
+{
+    if (!scratch->src)
+        memcpy(scratch->buf, input, bytes);
+    return fenced_run(c, k, a, scratch, err);
+}
+
+/* The first message of a size class: both algorithms, alternating (a
+ * shaped or shared network favours whoever goes first), a discarded warm-up
+ * round then 7 runs each up to 256 KiB, 3 up to 4 MiB, one above; the last
+ * hier run gives the result. Only in place does it cost a copy of the
+ * message. */
 static int trial(drt_comm_t *c, auto_class_t *k, const coll_args_t *x, drt_error_t *err)
 {
     size_t bytes = x->count * x->esize;
     int reps = bytes <= (256u << 10) ? 8 : bytes <= (4u << 20) ? 4 : 1, rc = 0;
-    unsigned char *copy = malloc(bytes ? bytes : 1);
-    const unsigned char *in = x->src ? x->src : x->buf; /* intact until the last run */
-    coll_args_t on_copy = *x;
+    unsigned char *copy = NULL;
+    coll_args_t scratch = *x;
     double times[2];
 
-    if (!copy)
+    if (!x->src && !(copy = scratch.buf = malloc(bytes ? bytes : 1)))
         return drt_fail(err, "out of memory for a %zu-byte trial buffer", bytes);
-    on_copy.buf = copy;
-    on_copy.src = NULL;
     for (int i = 0; rc == 0 && i < reps; i++) {
-        memcpy(copy, in, bytes);
-        rc = fenced_run(c, k, DRT_ALGO_FLAT, &on_copy, err);
-        if (rc == 0 && i < reps - 1) {
-            memcpy(copy, in, bytes);
-            rc = fenced_run(c, k, DRT_ALGO_HIER, &on_copy, err);
-        }
+        rc = scratch_run(c, k, DRT_ALGO_FLAT, &scratch, x->buf, bytes, err);
+        if (rc == 0 && i < reps - 1)
+            rc = scratch_run(c, k, DRT_ALGO_HIER, &scratch, x->buf, bytes, err);
         if (i == 0 && reps > 1) /* warms caches and connections */
             k->n[0] = k->n[1] = 0;
     }
