@@ -1,7 +1,10 @@
 /* ddp-allreduce-bench: allreduce bandwidth in the style of nccl-tests'
  * all_reduce_perf. Every iteration's result is checked. */
+#include "config.h"
 #include "ddprt.h"
 
+#include <ctype.h>
+#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -13,6 +16,7 @@
     "Usage: ddp-allreduce-bench [-b MIN] [-e MAX] [-f FACTOR] [--algo flat|hier|auto]\n" \
     "                           [--dtype float32|float64|bfloat16|float16|int32|int64]\n" \
     "                           [--op sum|avg|min|max] [-w WARMUP] [-n ITERS]\n" \
+    "       ddp-allreduce-bench --help | --version\n" \
     "Run under srun --ddp-topo=auto or ddp-run. Sizes in bytes (K, M, G suffixes).\n" \
     "Columns: size, count, type, time (us), algbw and busbw (GB/s; busbw =\n" \
     "algbw x 2(n-1)/n), #wrong; then the average busbw.\n"
@@ -34,18 +38,57 @@ static double now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static size_t parse_size(const char *s)
+/* Buffers past this are a typo: two of them must fit in memory. */
+#define MAX_BYTES (64.0 * 1024 * 1024 * 1024)
+
+static int bad_value(const char *opt, const char *s, const char *expected)
+{
+    fprintf(stderr, "ddp-allreduce-bench: %s '%.40s': %s (see --help)\n", opt, s, expected);
+    return -1;
+}
+
+/* A decimal number (strtod also reads hex, inf and nan: refused), finite
+ * and within [min, max]; *end is left after it. */
+static int parse_number(const char *s, double min, double max, char **end, double *v)
+{
+    errno = 0;
+    *v = strtod(s, end);
+    return (isdigit((unsigned char)s[0]) || s[0] == '.') && !strpbrk(s, "xX") && !errno &&
+           isfinite(*v) &&
+           *v >= min && *v <= max ? 0 : -1;
+}
+
+static int parse_size(const char *opt, const char *s, size_t *bytes)
+{
+    static const char units[] = "KMG";
+    char *end;
+    double v;
+    const char *u;
+
+    if (parse_number(s, 0, MAX_BYTES, &end, &v) < 0)
+        return bad_value(opt, s, "expected a size in bytes, with an optional K, M or G");
+    if (*end && (end[1] || !(u = strchr(units, toupper((unsigned char)*end)))))
+        return bad_value(opt, s, "expected a size in bytes, with an optional K, M or G");
+    if (*end)
+        v = ldexp(v, 10 * (int)(u - units + 1));
+    if (v < 1 || v > MAX_BYTES)
+        return bad_value(opt, s, "expected a size from 1 byte to 64G");
+    *bytes = (size_t)v;
+    return 0;
+}
+
+static int parse_count(const char *opt, const char *s, int min, int *v)
 {
     char *end;
-    double v = strtod(s, &end);
+    long x;
 
-    if (*end == 'K' || *end == 'k')
-        v *= 1024;
-    else if (*end == 'M' || *end == 'm')
-        v *= 1024 * 1024;
-    else if (*end == 'G' || *end == 'g')
-        v *= 1024.0 * 1024 * 1024;
-    return (size_t)v;
+    errno = 0;
+    x = strtol(s, &end, 10);
+    if (!isdigit((unsigned char)s[0]) || *end || errno || x < min || x > 1000000000)
+        return min ? bad_value(opt, s, "expected a whole number from 1 to 1000000000")
+                   : bad_value(opt, s, "expected a whole number from 0 to 1000000000");
+    *v = (int)x;
+    return 0;
 }
 
 /* Input element i of rank r, and the exact expected result: small integers
@@ -117,20 +160,24 @@ static long check(const opts_t *o, const void *recv, size_t count, int n)
 static int parse(int argc, char **argv, opts_t *o)
 {
     static const struct option lo[] = {{"algo", 1, 0, 'a'}, {"dtype", 1, 0, 'd'}, {"op", 1, 0, 'o'},
-                                       {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+                                       {"help", 0, 0, 'h'}, {"version", 0, 0, 'V'}, {0, 0, 0, 0}};
     static const char *const ops[] = {"sum", "avg", "min", "max"};
     int c;
+    char *end;
 
     *o = (opts_t){8, 64 << 20, 2, 5, 20, DRT_ALGO_AUTO, DRT_FLOAT32, DRT_SUM, "float32", "sum"};
     if (getenv("DDPRT_ALGO"))
         drt_algo_parse(getenv("DDPRT_ALGO"), &o->algo);
     while ((c = getopt_long(argc, argv, "b:e:f:w:n:h", lo, NULL)) != -1) {
         switch (c) {
-        case 'b': o->min = parse_size(optarg); break;
-        case 'e': o->max = parse_size(optarg); break;
-        case 'f': o->factor = atof(optarg); break;
-        case 'w': o->warmup = atoi(optarg); break;
-        case 'n': o->iters = atoi(optarg); break;
+        case 'b': if (parse_size("-b", optarg, &o->min) < 0) return -1; break;
+        case 'e': if (parse_size("-e", optarg, &o->max) < 0) return -1; break;
+        case 'f':
+            if (parse_number(optarg, 1, 1e6, &end, &o->factor) < 0 || *end || o->factor <= 1)
+                return bad_value("-f", optarg, "expected a number above 1, e.g. -f 2");
+            break;
+        case 'w': if (parse_count("-w", optarg, 0, &o->warmup) < 0) return -1; break;
+        case 'n': if (parse_count("-n", optarg, 1, &o->iters) < 0) return -1; break;
         case 'a':
             if (drt_algo_parse(optarg, &o->algo) < 0)
                 return fprintf(stderr, "ddp-allreduce-bench: --algo '%s': expected flat, hier or auto\n", optarg), -1;
@@ -149,11 +196,13 @@ static int parse(int argc, char **argv, opts_t *o)
             o->op_name = optarg;
             break;
         case 'h': fputs(USAGE, stdout); exit(0);
+        case 'V': puts("ddp-allreduce-bench (ddp-topo) " PACKAGE_VERSION); exit(0);
         default: return -1;
         }
     }
-    if (o->min < 1 || o->max < o->min || o->factor <= 1 || o->iters < 1 || o->warmup < 0)
-        return fprintf(stderr, "ddp-allreduce-bench: need 1 <= -b <= -e, -f > 1, -n >= 1\n"), -1;
+    if (o->max < o->min)
+        return fprintf(stderr, "ddp-allreduce-bench: -b %zu is above -e %zu (the sizes run from "
+                       "-b up to -e)\n", o->min, o->max), -1;
     return 0;
 }
 

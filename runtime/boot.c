@@ -1,12 +1,14 @@
 /* Bootstrap over TCP: every rank tells rank 0 (at MASTER_ADDR:MASTER_PORT)
  * where it listens, rank 0 answers everyone with the whole table (one
  * gather, one broadcast), then each rank connects to the peers its rings
- * need on other nodes. Every connection starts with the job's secret; one
- * without it is closed and logged, and the job goes on. */
+ * need on other nodes. Every connection is mutually authenticated (auth.c):
+ * the job's secret never crosses the wire, strangers are closed and logged
+ * and the job goes on. */
 #include "internal.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netdb.h>
@@ -15,53 +17,24 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
-
-#define HELLO_WAIT 2.0 /* seconds a connected client gets to introduce itself */
-
-typedef struct {
-    uint32_t magic, size;
-    unsigned char secret[DRT_SECRET_LEN];
-    uint32_t rank, node, local, port, pid;
-    uint32_t ip; /* where this rank takes data connections; 0: its source address */
-} hello_t;
 
 typedef struct {
     uint32_t ip, port, node, local, pid;
 } endpoint_t;
 
-static int valid_hello(const drt_comm_t *c, const hello_t *h)
-{
-    return h->magic == DRT_MAGIC && net_secret_equal(h->secret, c->secret) &&
-           (int)h->size == c->size && (int)h->rank < c->size;
-}
-
 static void hello_fill(const drt_comm_t *c, hello_t *h, int port, uint32_t ip)
 {
     memset(h, 0, sizeof(*h));
-    h->magic = DRT_MAGIC;
     h->size = (uint32_t)c->size;
-    memcpy(h->secret, c->secret, DRT_SECRET_LEN);
     h->rank = (uint32_t)c->rank;
     h->node = c->env.node_rank;
     h->local = c->env.local_rank;
     h->port = (uint32_t)port;
     h->pid = (uint32_t)getpid();
     h->ip = ip;
-}
-
-/* Accept one authenticated hello; strangers are closed and logged. */
-static int accept_hello(drt_comm_t *c, int lfd, double deadline, hello_t *h, drt_error_t *err)
-{
-    for (;;) {
-        int fd = net_accept(lfd, deadline, err);
-        if (fd < 0)
-            return -1;
-        if (net_recv_all(fd, h, sizeof(*h), drt_now() + HELLO_WAIT) == 0 && valid_hello(c, h))
-            return fd;
-        drt_log(c, "closed a connection without this job's secret");
-        close(fd);
-    }
 }
 
 static void list_missing(const char *seen, int n, char *buf, size_t len)
@@ -175,54 +148,131 @@ static int choose_ip(const drt_comm_t *c, uint32_t *ip, drt_error_t *err)
     return 0;
 }
 
+/* What rank 0 collects: one authenticated connection per rank. */
+typedef struct {
+    drt_comm_t *c;
+    endpoint_t *tab;
+    int *fds, got;
+    auth_session_t *sess;
+} gather_t;
+
+static int take_rank(void *ctx, int fd, const auth_session_t *s, const hello_t *h)
+{
+    gather_t *g = ctx;
+    struct sockaddr_in peer;
+    socklen_t len = sizeof(peer);
+
+    if ((int)h->size != g->c->size || h->rank == 0 || (int)h->rank >= g->c->size ||
+        g->fds[h->rank] >= 0) {
+        drt_log(g->c, "closed a connection claiming rank %u of %u (this job has %d ranks%s)",
+                h->rank, h->size, g->c->size,
+                (int)h->rank < g->c->size && h->rank && g->fds[h->rank] >= 0 ? ", that one "
+                "has arrived" : "");
+        close(fd);
+        return 0;
+    }
+    getpeername(fd, (struct sockaddr *)&peer, &len);
+    g->tab[h->rank] = (endpoint_t){h->ip ? h->ip : peer.sin_addr.s_addr, h->port, h->node,
+                                   h->local, h->pid};
+    g->fds[h->rank] = fd;
+    g->sess[h->rank] = *s;
+    return ++g->got == g->c->size;
+}
+
+/* MASTER_PORT, retried while something else holds it: a stranger's
+ * socket, or the remains of one (a connection it accepted lingers for up to
+ * a minute), may go away before the other ranks give up. */
+static int listen_retrying(const drt_comm_t *c, double deadline, drt_error_t *err)
+{
+    int warned = 0;
+
+    for (;;) {
+        int fd = net_listen(c->env.master_port, NULL, err);
+        if (fd >= 0 || errno != EADDRINUSE || drt_now() + 0.2 >= deadline)
+            return fd;
+        if (!warned++)
+            drt_warn(c, "MASTER_PORT %u is in use on this node by a process outside this "
+                     "job; retrying until %.0f s (DDPRT_TIMEOUT) have passed",
+                     c->env.master_port, c->timeout);
+        struct timespec ts = {0, 200000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* The rendezvous socket: the one a launcher bound for rank 0 and passed in
+ * DDPRT_LISTEN_FD (no window in which another process can take the port),
+ * when it is a listening socket on MASTER_PORT; else a new one. */
+static int master_listener(const drt_comm_t *c, double deadline, drt_error_t *err)
+{
+    const char *v = getenv(DRT_ENV_LISTEN_FD);
+    struct sockaddr_in a;
+    socklen_t len = sizeof(a);
+    int fd, on = 0;
+    socklen_t onlen = sizeof(on);
+    struct stat st;
+    char *end;
+    long x;
+
+    if (v && *v && (x = strtol(v, &end, 10)) >= 0 && !*end && x < 1 << 20 &&
+        fstat(fd = (int)x, &st) == 0 && S_ISSOCK(st.st_mode) &&
+        getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &on, &onlen) == 0 && on &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0 && a.sin_family == AF_INET &&
+        ntohs(a.sin_port) == c->env.master_port) {
+        fcntl(fd, F_SETFD, FD_CLOEXEC);
+        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+        return fd;
+    }
+    return listen_retrying(c, deadline, err);
+}
+
+static int send_tables(drt_comm_t *c, const gather_t *g, double deadline, drt_error_t *err)
+{
+    size_t bytes = sizeof(endpoint_t) * (size_t)c->size;
+    int rc = 0;
+
+    for (int r = 1; r < c->size; r++) {
+        unsigned char mac[AUTH_MAC];
+        auth_mac(c, "ddprt table", &g->sess[r], sizeof(auth_session_t), g->tab, bytes, mac);
+        if (net_send_all(g->fds[r], g->tab, bytes, deadline) < 0 ||
+            net_send_all(g->fds[r], mac, sizeof(mac), deadline) < 0)
+            rc = drt_fail(err, "bootstrap: cannot send the table to rank %d", r);
+    }
+    return rc;
+}
+
 static int gather_as_root(drt_comm_t *c, int port, uint32_t ip, endpoint_t *tab,
                           drt_error_t *err)
 {
     double deadline = drt_now() + c->timeout;
-    int lfd = net_listen(c->env.master_port, NULL, err), *fds = calloc((size_t)c->size, sizeof(int));
+    gather_t g = {c, tab, calloc((size_t)c->size, sizeof(int)), 1,
+                  calloc((size_t)c->size, sizeof(auth_session_t))};
     char *seen = calloc((size_t)c->size, 1), missing[256];
-    int rc = -1, got = 1;
+    int lfd = -1, rc = -1;
 
-    if (lfd < 0 || !fds || !seen)
+    if (!g.fds || !g.sess || !seen || (lfd = master_listener(c, deadline, err)) < 0)
         goto out;
+    for (int r = 0; r < c->size; r++)
+        g.fds[r] = -1;
     tab[0] = (endpoint_t){ip, (uint32_t)port, c->env.node_rank, c->env.local_rank,
                           (uint32_t)getpid()};
-    seen[0] = 1;
-    while (got < c->size) {
-        hello_t h;
-        struct sockaddr_in peer;
-        socklen_t len = sizeof(peer);
-        int fd = accept_hello(c, lfd, deadline, &h, err);
-        if (fd < 0) {
-            list_missing(seen, c->size, missing, sizeof(missing));
-            drt_fail(err, "bootstrap: rank%s %s never arrived at %s:%u within %.0f s (DDPRT_TIMEOUT)",
-                     strchr(missing, ',') ? "s" : "", missing, c->env.master_addr,
-                     c->env.master_port, c->timeout);
-            goto out;
-        }
-        if (seen[h.rank]) {
-            drt_log(c, "closed a second connection claiming rank %u", h.rank);
-            close(fd);
-            continue;
-        }
-        getpeername(fd, (struct sockaddr *)&peer, &len);
-        tab[h.rank] = (endpoint_t){h.ip ? h.ip : peer.sin_addr.s_addr, h.port, h.node, h.local,
-                                   h.pid};
-        seen[h.rank] = 1;
-        fds[h.rank] = fd;
-        got++;
+    if (c->size > 1 && auth_serve(c, lfd, AUTH_BOOT, deadline, take_rank, &g, err) < 0) {
+        for (int r = 0; r < c->size; r++)
+            seen[r] = r == 0 || g.fds[r] >= 0;
+        list_missing(seen, c->size, missing, sizeof(missing));
+        drt_fail(err, "bootstrap: rank%s %s never arrived at %s:%u within %.0f s (DDPRT_TIMEOUT)",
+                 strchr(missing, ',') ? "s" : "", missing, c->env.master_addr,
+                 c->env.master_port, c->timeout);
+        goto out;
     }
-    rc = 0;
-    for (int r = 1; r < c->size; r++)
-        if (net_send_all(fds[r], tab, sizeof(endpoint_t) * (size_t)c->size, deadline) < 0)
-            rc = drt_fail(err, "bootstrap: cannot send the table to rank %d", r);
+    rc = send_tables(c, &g, deadline, err);
 out:
-    for (int r = 1; fds && r < c->size; r++)
-        if (fds[r] > 0)
-            close(fds[r]);
+    for (int r = 1; g.fds && r < c->size; r++)
+        if (g.fds[r] >= 0)
+            close(g.fds[r]);
     if (lfd >= 0)
         close(lfd);
-    free(fds);
+    free(g.fds);
+    free(g.sess);
     free(seen);
     return rc;
 }
@@ -231,25 +281,33 @@ static int gather_as_client(drt_comm_t *c, int port, uint32_t ip, endpoint_t *ta
                             drt_error_t *err)
 {
     double deadline = drt_now() + c->timeout;
+    size_t bytes = sizeof(endpoint_t) * (size_t)c->size;
+    unsigned char mac[AUTH_MAC];
+    auth_session_t s;
     drt_error_t why;
-    int fd = net_connect(c->env.master_addr, c->env.master_port, deadline, &why);
     hello_t h;
+    int fd;
 
+    hello_fill(c, &h, port, ip);
+    fd = auth_connect(c, c->env.master_addr, c->env.master_port, AUTH_BOOT, &h, deadline, &s, &why);
     if (fd < 0 && !strncmp(why.text, "cannot resolve", 14))
         return drt_fail(err, "bootstrap: MASTER_ADDR: %.200s (set it to a name or IPv4 address "
                         "that every node resolves)", why.text);
+    if (fd < 0 && strstr(why.text, "cannot prove"))
+        return drt_fail(err, "bootstrap: %s", why.text);
     if (fd < 0)
         return drt_fail(err, "bootstrap: rank 0 at %s:%u did not answer within %.0f s "
                         "(DDPRT_TIMEOUT)", c->env.master_addr, c->env.master_port, c->timeout);
-    hello_fill(c, &h, port, ip);
-    if (net_send_all(fd, &h, sizeof(h), deadline) < 0 ||
-        net_recv_all(fd, tab, sizeof(endpoint_t) * (size_t)c->size, deadline) < 0) {
+    if (net_recv_all(fd, tab, bytes, deadline) < 0 || net_recv_all(fd, mac, sizeof(mac), deadline) < 0) {
         close(fd);
         return drt_fail(err, "bootstrap: rank 0 at %s:%u closed the connection or timed out "
-                        "(other ranks missing? wrong WORLD_SIZE or secret?)",
+                        "(other ranks missing? the same WORLD_SIZE everywhere?)",
                         c->env.master_addr, c->env.master_port);
     }
     close(fd);
+    if (!auth_check(c, "ddprt table", &s, sizeof(s), tab, bytes, mac))
+        return drt_fail(err, "bootstrap: the table from %s:%u fails its check (corrupted in "
+                        "transit?)", c->env.master_addr, c->env.master_port);
     return 0;
 }
 
@@ -269,47 +327,56 @@ static int needs_tcp(const drt_comm_t *c, int peer)
     return 0;
 }
 
+typedef struct {
+    drt_comm_t *c;
+    int expect; /* connections still to come from higher ranks */
+} peers_t;
+
+static int take_peer(void *ctx, int fd, const auth_session_t *s, const hello_t *h)
+{
+    peers_t *w = ctx;
+    drt_comm_t *c = w->c;
+
+    (void)s;
+    if ((int)h->size != c->size || (int)h->rank >= c->size || (int)h->rank <= c->rank ||
+        !needs_tcp(c, (int)h->rank) || c->chan[h->rank].fd >= 0) {
+        drt_log(c, "closed an unexpected connection from rank %u", h->rank);
+        close(fd);
+        return 0;
+    }
+    c->chan[h->rank].fd = fd;
+    return --w->expect == 0;
+}
+
 /* Lower ranks accept, higher ranks connect: each pair makes one connection. */
 static int connect_peers(drt_comm_t *c, int lfd, const endpoint_t *tab, drt_error_t *err)
 {
     double deadline = drt_now() + c->timeout;
-    int expect = 0;
+    peers_t w = {c, 0};
+    drt_error_t why;
+    hello_t h;
 
+    hello_fill(c, &h, 0, 0);
     for (int p = 0; p < c->size; p++) {
-        hello_t h;
         char host[INET_ADDRSTRLEN];
+        auth_session_t s;
         int fd;
         if (!needs_tcp(c, p))
             continue;
         if (p > c->rank) {
-            expect++;
+            w.expect++;
             continue;
         }
         inet_ntop(AF_INET, &tab[p].ip, host, sizeof(host));
-        if ((fd = net_connect(host, (int)tab[p].port, deadline, err)) < 0)
-            return drt_fail(err, "cannot connect to rank %d at %s:%u", p, host, tab[p].port);
-        hello_fill(c, &h, 0, 0);
-        if (net_send_all(fd, &h, sizeof(h), deadline) < 0) {
-            close(fd);
-            return drt_fail(err, "cannot greet rank %d at %s:%u", p, host, tab[p].port);
-        }
+        if ((fd = auth_connect(c, host, (int)tab[p].port, AUTH_DATA, &h, deadline, &s, &why)) < 0)
+            return drt_fail(err, "cannot connect to rank %d at %s:%u: %.200s", p, host,
+                            tab[p].port, why.text);
         drt_log(c, "connected to rank %d at %s:%u", p, host, tab[p].port);
         c->chan[p].fd = fd;
     }
-    while (expect > 0) {
-        hello_t h;
-        int fd = accept_hello(c, lfd, deadline, &h, err);
-        if (fd < 0)
-            return drt_fail(err, "ranks that should connect to rank %d did not within %.0f s",
-                            c->rank, c->timeout);
-        if (!needs_tcp(c, (int)h.rank) || c->chan[h.rank].fd >= 0) {
-            drt_log(c, "closed an unexpected connection from rank %u", h.rank);
-            close(fd);
-            continue;
-        }
-        c->chan[h.rank].fd = fd;
-        expect--;
-    }
+    if (w.expect > 0 && auth_serve(c, lfd, AUTH_DATA, deadline, take_peer, &w, err) < 0)
+        return drt_fail(err, "ranks that should connect to rank %d did not within %.0f s",
+                        c->rank, c->timeout);
     return 0;
 }
 

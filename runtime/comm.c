@@ -25,22 +25,37 @@ int drt_fail(drt_error_t *err, const char *fmt, ...)
 
 /* One write per line: ranks share a terminal or pipe, and a line written
  * in pieces interleaves with theirs. */
-void drt_log(const drt_comm_t *c, const char *fmt, ...)
+static void log_line(const drt_comm_t *c, const char *fmt, va_list ap)
 {
     char line[1024];
-    va_list ap;
     int n;
 
-    if (!c->verbose)
-        return;
     n = snprintf(line, sizeof(line), "ddprt: rank %d: ", c->rank);
-    va_start(ap, fmt);
     vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
-    va_end(ap);
     n = (int)strlen(line);
     line[n++] = '\n';
     if (write(STDERR_FILENO, line, (size_t)n) < 0)
         return; /* nowhere to log to */
+}
+
+void drt_log(const drt_comm_t *c, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (!c->verbose)
+        return;
+    va_start(ap, fmt);
+    log_line(c, fmt, ap);
+    va_end(ap);
+}
+
+void drt_warn(const drt_comm_t *c, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    log_line(c, fmt, ap);
+    va_end(ap);
 }
 
 double drt_now(void)
@@ -81,7 +96,8 @@ static int parse_settings(drt_comm_t *c, drt_error_t *err)
     c->timeout = DEFAULT_TIMEOUT;
     if (t) {
         c->timeout = strtod(t, &end);
-        if (end == t || *end || c->timeout <= 0)
+        /* !(x > 0) also refuses nan, which would make every wait endless */
+        if (end == t || *end || !(c->timeout > 0) || c->timeout > 1e9)
             return drt_fail(err, "DDPRT_TIMEOUT='%.40s' is not a positive number of seconds", t);
     }
     if (a && drt_algo_parse(a, &c->algo) < 0)
@@ -104,6 +120,9 @@ static int alloc_tables(drt_comm_t *c)
     c->rail.ranks = calloc(n, sizeof(int));
     c->ep_ip = calloc(n, sizeof(uint32_t));
     c->ep_port = calloc(n, sizeof(uint32_t));
+    /* no channel yet: calloc's fd 0 would make drt_finalize close stdin */
+    for (size_t r = 0; c->chan && r < n; r++)
+        c->chan[r] = (chan_t){.peer = -1, .fd = -1};
     return c->node_of && c->local_of && c->chan && c->world.ranks && c->node.ranks &&
            c->rail.ranks && c->ep_ip && c->ep_port ? 0 : -1;
 }
@@ -118,6 +137,10 @@ int drt_init(drt_comm_t **out, drt_error_t *err)
     c->notice_fd = -1;
     pthread_mutex_init(&c->lock, NULL);
     pthread_cond_init(&c->cond, NULL);
+    if (auth_ready() < 0) {
+        drt_fail(err, "libsodium failed to initialise (no randomness source?)");
+        goto fail;
+    }
     if (drt_env_load(&c->env, env_get, err) < 0 || parse_secret(c, err) < 0 ||
         parse_settings(c, err) < 0)
         goto fail;

@@ -1,5 +1,6 @@
 /* ddp-env: print and check this task's ddp-topo environment, one line per
  * task; exits non-zero, naming the variable, when the contract is broken. */
+#include "config.h"
 #include "ddprt.h"
 
 #include <stdio.h>
@@ -19,8 +20,12 @@ int main(int argc, char **argv)
     char host[256] = "?";
     const char *omp = getenv("OMP_NUM_THREADS");
 
+    if (argc == 2 && !strcmp(argv[1], "--version")) {
+        puts("ddp-env (ddp-topo) " PACKAGE_VERSION);
+        return 0;
+    }
     if (argc > 1) {
-        fputs("Usage: ddp-env\nPrint this task's RANK, LOCAL_RANK, node and MASTER_ADDR:PORT "
+        fputs("Usage: ddp-env [--help | --version]\nPrint this task's RANK, LOCAL_RANK, node and MASTER_ADDR:PORT "
               "as the runtime reads them; exit 1 if they are missing or inconsistent.\n",
               strcmp(argv[1], "--help") ? stderr : stdout);
         return strcmp(argv[1], "--help") ? 2 : 0;

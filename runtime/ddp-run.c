@@ -4,27 +4,43 @@
  * runs on one host. Forwards signals; when a rank fails, stops the others
  * and exits with that rank's status. */
 #define _GNU_SOURCE
+#include "config.h"
+#include "ddprt.h"
+
+#include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+/* More local processes than this is a typo, not a job. */
+#define MAX_RANKS 65536
+/* A day: anything longer is a typo too. */
+#define MAX_GRACE 86400.0
+
 #define USAGE \
     "Usage: ddp-run -n N [--nodes M] [--master-addr ADDR] [--grace S] PROGRAM [ARGS...]\n" \
+    "       ddp-run --help | --version\n" \
     "Run N ranks of PROGRAM here, as M emulated nodes (default 1; ranks are\n" \
     "spread block-wise), each with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,\n" \
     "GROUP_RANK/NODE_RANK, GROUP_WORLD_SIZE, ROLE_*, MASTER_ADDR, MASTER_PORT,\n" \
     "DDPRT_SECRET and DDP_RUN_NODE set. When a rank fails, the others get\n" \
     "SIGTERM, then SIGKILL after --grace seconds (default 5), and ddp-run exits\n" \
-    "with the failed rank's status. SIGINT, SIGTERM and SIGHUP are forwarded.\n"
+    "with the failed rank's status. SIGINT, SIGTERM and SIGHUP are forwarded;\n" \
+    "when ddp-run itself dies (even by SIGKILL) the ranks get SIGKILL. Unless\n" \
+    "MASTER_PORT is set, ddp-run listens on a free port and hands rank 0 the\n" \
+    "listening socket (DDPRT_LISTEN_FD), so no other process can take it.\n"
 
 static pid_t *pids;
 static int nranks;
@@ -44,18 +60,59 @@ static int fail(const char *why, const char *todo)
     return 2;
 }
 
-static int free_port(void)
+/* Strict numbers: the whole argument, in range, or an error naming it. */
+static int parse_int(const char *opt, const char *s, long min, long max, int *v)
 {
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(a);
-    int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
+    char *end;
+    long x;
 
-    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    if (fd >= 0)
+    errno = 0;
+    x = strtol(s, &end, 10);
+    if (!isdigit((unsigned char)s[0]) || *end || errno || x < min || x > max) {
+        fprintf(stderr, "ddp-run: %s '%.40s': not a whole number from %ld to %ld (e.g. %s 4)\n",
+                opt, s, min, max, opt);
+        return -1;
+    }
+    *v = (int)x;
+    return 0;
+}
+
+static int parse_seconds(const char *opt, const char *s, double *v)
+{
+    char *end;
+    double x;
+
+    errno = 0;
+    x = strtod(s, &end);
+    if (!(isdigit((unsigned char)s[0]) || s[0] == '.') || *end || errno || !isfinite(x) ||
+        x > MAX_GRACE) {
+        fprintf(stderr, "ddp-run: %s '%.40s': not a number of seconds from 0 to %.0f (e.g. "
+                "%s 5)\n", opt, s, MAX_GRACE, opt);
+        return -1;
+    }
+    *v = x;
+    return 0;
+}
+
+/* Rank 0's rendezvous socket, bound and listening here on a free port, so
+ * no other process can take the port before rank 0 uses it. CLOEXEC: only
+ * rank 0 gets it, by clearing the flag after fork. Returns the fd, or -1. */
+static int listen_free_port(int *port)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
+    socklen_t len = sizeof(a);
+    int one = 1, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+    if (fd < 0)
+        return -1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, 1024) < 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &len) < 0) {
         close(fd);
-    return port;
+        return -1;
+    }
+    *port = ntohs(a.sin_port);
+    return fd;
 }
 
 static int make_secret(char *hex)
@@ -83,15 +140,43 @@ static int first_rank(int n, int m, int k)
     return k * (n / m) + (k < n % m ? k : n % m);
 }
 
-static pid_t spawn(int rank, int n, int m, char **argv)
+/* In a new rank: die with ddp-run, even when it is SIGKILLed and cannot
+ * forward anything. The parent may already have died before prctl. */
+static void die_with_parent(pid_t parent)
+{
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
+        _exit(128 + SIGKILL);
+}
+
+/* In a new rank: rank 0 inherits the listening socket (listen_fd >= 0),
+ * every other rank gets neither it nor a DDPRT_LISTEN_FD of ddp-run's own. */
+static void pass_listener(int rank, int listen_fd)
+{
+    char buf[16];
+
+    if (rank != 0 || listen_fd < 0) {
+        unsetenv(DRT_ENV_LISTEN_FD);
+        return;
+    }
+    if (fcntl(listen_fd, F_SETFD, 0) < 0) {
+        fprintf(stderr, "ddp-run: cannot pass the listening socket to rank 0: %s\n", strerror(errno));
+        _exit(127);
+    }
+    snprintf(buf, sizeof(buf), "%d", listen_fd);
+    setenv(DRT_ENV_LISTEN_FD, buf, 1);
+}
+
+static pid_t spawn(int rank, int n, int m, char **argv, int listen_fd)
 {
     int node = 0;
-    pid_t pid;
+    pid_t pid, parent = getpid();
 
     while (node + 1 < m && first_rank(n, m, node + 1) <= rank)
         node++;
     if ((pid = fork()) != 0)
         return pid;
+    die_with_parent(parent);
+    pass_listener(rank, listen_fd);
     setenv_num("RANK", rank);
     setenv_num("ROLE_RANK", rank);
     setenv_num("WORLD_SIZE", n);
@@ -158,45 +243,85 @@ static int supervise(double grace)
     return result;
 }
 
-int main(int argc, char **argv)
+typedef struct {
+    int n, m;
+    double grace;
+    const char *addr;
+} args_t;
+
+/* Returns 0 to run, 1 after --help/--version, -1 on a bad argument. */
+static int parse_args(int argc, char **argv, args_t *a)
 {
     static const struct option opts[] = {{"nodes", 1, 0, 'N'}, {"master-addr", 1, 0, 'a'},
-                                         {"grace", 1, 0, 'g'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
-    int n = 0, m = 1, c, port;
-    double grace = 5;
-    const char *addr = "127.0.0.1";
+                                         {"grace", 1, 0, 'g'}, {"help", 0, 0, 'h'},
+                                         {"version", 0, 0, 'V'}, {0, 0, 0, 0}};
+    int c, rc = 0;
+
+    *a = (args_t){0, 1, 5, "127.0.0.1"};
+    while (rc == 0 && (c = getopt_long(argc, argv, "+n:N:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'n': rc = parse_int("-n", optarg, 1, MAX_RANKS, &a->n); break;
+        case 'N': rc = parse_int("--nodes", optarg, 1, MAX_RANKS, &a->m); break;
+        case 'a': a->addr = optarg; break;
+        case 'g': rc = parse_seconds("--grace", optarg, &a->grace); break;
+        case 'h': fputs(USAGE, stdout); return 1;
+        case 'V': puts("ddp-run (ddp-topo) " PACKAGE_VERSION); return 1;
+        default: fail("unknown option", "see ddp-run --help"); return -1;
+        }
+    }
+    if (rc == 0 && (a->n < 1 || a->m > a->n || optind >= argc)) {
+        fprintf(stderr, "ddp-run: %s (e.g. ddp-run -n 4 --nodes 2 ddp-allreduce-bench)\n",
+                optind >= argc ? "no program given" : a->n < 1 ? "-n N is required"
+                : "--nodes exceeds -n: every emulated node needs a rank");
+        return -1;
+    }
+    return rc;
+}
+
+/* MASTER_PORT, unless the user set one: a port this process listens on. */
+static int pick_port(int *listen_fd)
+{
+    int port;
+
+    *listen_fd = -1;
+    unsetenv(DRT_ENV_LISTEN_FD); /* a launcher's above us is not ours to pass on */
+    if (getenv("MASTER_PORT"))
+        return 0;
+    if ((*listen_fd = listen_free_port(&port)) < 0)
+        return -1;
+    setenv_num("MASTER_PORT", port);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    args_t a;
+    int rc = parse_args(argc, argv, &a), listen_fd;
     char secret[65];
     struct sigaction sa = {.sa_handler = forward};
 
-    while ((c = getopt_long(argc, argv, "+n:N:h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'n': n = atoi(optarg); break;
-        case 'N': m = atoi(optarg); break;
-        case 'a': addr = optarg; break;
-        case 'g': grace = atof(optarg); break;
-        case 'h': fputs(USAGE, stdout); return 0;
-        default: return fail("unknown option", "see ddp-run --help");
-        }
-    }
-    if (n < 1 || m < 1 || m > n || optind >= argc)
-        return fail(optind >= argc ? "no program given" : "-n must be >= 1 and --nodes between 1 and -n",
-                    "e.g. ddp-run -n 4 --nodes 2 ddp-allreduce-bench");
-    if ((port = free_port()) < 0 || make_secret(secret) < 0)
-        return fail("cannot pick a port or make a secret", "check the system");
-    setenv("MASTER_ADDR", addr, 1);
-    if (!getenv("MASTER_PORT"))
-        setenv_num("MASTER_PORT", port);
+    if (rc != 0)
+        return rc < 0 ? 2 : 0;
+    if (pick_port(&listen_fd) < 0)
+        return fprintf(stderr, "ddp-run: cannot listen on a free TCP port: %s (check `ulimit -n`, "
+                       "or set MASTER_PORT)\n", strerror(errno)), 2;
+    if (make_secret(secret) < 0)
+        return fail("cannot make the job's secret", "no randomness available");
+    setenv("MASTER_ADDR", a.addr, 1);
     setenv("DDPRT_SECRET", secret, 1);
-    nranks = n;
-    if (!(pids = calloc((size_t)n, sizeof(pid_t))))
+    nranks = a.n;
+    if (!(pids = calloc((size_t)a.n, sizeof(pid_t))))
         return fail("out of memory", "use fewer ranks");
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
-    for (int r = 0; r < n; r++)
-        if ((pids[r] = spawn(r, n, m, argv + optind)) < 0) {
+    for (int r = 0; r < a.n; r++) {
+        if ((pids[r] = spawn(r, a.n, a.m, argv + optind, listen_fd)) < 0) {
             forward(SIGKILL);
             return fail("fork failed", "too many processes?");
         }
-    return supervise(grace);
+        if (r == 0 && listen_fd >= 0)
+            close(listen_fd); /* rank 0 has it; the port stays bound */
+    }
+    return supervise(a.grace);
 }

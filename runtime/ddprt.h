@@ -20,6 +20,11 @@ typedef struct {
     char text[320];
 } drt_error_t;
 
+/* A launcher that picked MASTER_PORT may bind and listen on it itself and
+ * hand rank 0 the listening socket's descriptor in this variable, so no
+ * other process can take the port between the two (ddp-run does). */
+#define DRT_ENV_LISTEN_FD "DDPRT_LISTEN_FD"
+
 typedef struct {
     uint32_t rank, world_size;
     uint32_t local_rank, local_world_size;

@@ -77,7 +77,9 @@ struct drt_comm {
 
 /* errors: format into err, return -1 */
 int drt_fail(drt_error_t *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* a line on stderr: drt_log with DDPRT_VERBOSE only, drt_warn always */
 void drt_log(const drt_comm_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void drt_warn(const drt_comm_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 double drt_now(void);
 
 /* net.c: TCP */
@@ -87,7 +89,34 @@ int net_accept(int lfd, double deadline, drt_error_t *err);
 int net_send_all(int fd, const void *buf, size_t len, double deadline);
 int net_recv_all(int fd, void *buf, size_t len, double deadline);
 void net_tune(int fd);
-int net_secret_equal(const unsigned char *a, const unsigned char *b);
+
+/* What a rank says about itself when it connects (after the handshake). */
+typedef struct {
+    uint32_t size, rank, node, local, port, pid;
+    uint32_t ip; /* where this rank takes data connections; 0: its source address */
+} hello_t;
+
+/* auth.c: mutual HMAC challenge-response on every connection (libsodium) */
+#define AUTH_NONCE 32
+#define AUTH_MAC 32
+enum { AUTH_BOOT = 1, AUTH_DATA = 2 }; /* to rank 0's MASTER_PORT, between peers */
+typedef struct {
+    unsigned char nc[AUTH_NONCE], ns[AUTH_NONCE]; /* the client's and the server's nonces */
+    uint32_t kind;
+} auth_session_t;
+/* take an authenticated connection (it owns fd): 1 when it has all it wants */
+typedef int (*auth_take_fn)(void *ctx, int fd, const auth_session_t *s, const hello_t *h);
+int auth_ready(void);
+void auth_random(void *buf, size_t len);
+void auth_mac(const drt_comm_t *c, const char *label, const void *a, size_t alen,
+              const void *b, size_t blen, unsigned char out[AUTH_MAC]);
+int auth_check(const drt_comm_t *c, const char *label, const void *a, size_t alen,
+               const void *b, size_t blen, const unsigned char mac[AUTH_MAC]);
+int auth_connect(drt_comm_t *c, const char *host, int port, uint32_t kind,
+                 const hello_t *payload, double deadline, auth_session_t *s, drt_error_t *err);
+int auth_impostor_fail(const drt_comm_t *c, const char *host, int port, drt_error_t *err);
+int auth_serve(drt_comm_t *c, int lfd, uint32_t kind, double deadline, auth_take_fn take,
+               void *ctx, drt_error_t *err);
 
 /* boot.c: who is where, and the connections */
 int boot_exchange(drt_comm_t *c, drt_error_t *err);

@@ -58,8 +58,10 @@ int net_listen(int port, int *out_port, drt_error_t *err)
     if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, 1024) < 0) {
         int e = errno;
         close(fd);
-        return drt_fail(err, "cannot listen on port %d: %s%s", port, strerror(e),
-                        e == EADDRINUSE ? " (another job on this node? set MASTER_PORT)" : "");
+        drt_fail(err, "cannot listen on port %d: %s%s", port, strerror(e),
+                 e == EADDRINUSE ? " (another job on this node? set MASTER_PORT)" : "");
+        errno = e; /* callers retry on EADDRINUSE */
+        return -1;
     }
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
     getsockname(fd, (struct sockaddr *)&a, &len);
@@ -154,14 +156,4 @@ int net_send_all(int fd, const void *buf, size_t len, double deadline)
 int net_recv_all(int fd, void *buf, size_t len, double deadline)
 {
     return io_all(fd, buf, len, deadline, 0);
-}
-
-int net_secret_equal(const unsigned char *a, const unsigned char *b)
-{
-    unsigned char d = 0;
-
-    /* constant time: a wrong guess learns nothing from the timing */
-    for (int i = 0; i < DRT_SECRET_LEN; i++)
-        d |= a[i] ^ b[i];
-    return d == 0;
 }

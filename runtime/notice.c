@@ -1,4 +1,4 @@
-/* Abort notices: a small UDP datagram (with the job's secret) sent to every
+/* Abort notices: a small UDP datagram (signed with the job's secret) sent to every
  * rank's data port when a rank sees a peer die. Without it, a rank whose
  * neighbour gave up would blame that neighbour; with it, every survivor
  * names the rank that died and the collective it died in. Best effort: the
@@ -7,16 +7,17 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 typedef struct {
-    uint32_t magic;
-    unsigned char secret[DRT_SECRET_LEN];
-    uint32_t dead, reporter;
+    uint32_t magic, dead, reporter, pad;
     uint64_t seq;
+    unsigned char nonce[16]; /* two notices never sign the same bytes */
+    unsigned char mac[AUTH_MAC]; /* HMAC of everything above: the secret stays here */
 } notice_t;
 
 void notice_open(drt_comm_t *c, int port)
@@ -38,7 +39,8 @@ void notice_send(drt_comm_t *c, int dead)
 
     if (c->notice_fd < 0 || !c->ep_ip)
         return;
-    memcpy(n.secret, c->secret, DRT_SECRET_LEN);
+    auth_random(n.nonce, sizeof(n.nonce));
+    auth_mac(c, "ddprt notice", &n, offsetof(notice_t, mac), NULL, 0, n.mac);
     for (int r = 0; r < c->size; r++) {
         struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)c->ep_port[r]),
                                  .sin_addr.s_addr = c->ep_ip[r]};
@@ -55,7 +57,8 @@ int notice_check(drt_comm_t *c, drt_error_t *err)
     if (c->notice_fd < 0)
         return 0;
     while (recv(c->notice_fd, &n, sizeof(n), 0) == (ssize_t)sizeof(n))
-        if (n.magic == DRT_MAGIC && net_secret_equal(n.secret, c->secret))
+        if (n.magic == DRT_MAGIC && (int)n.dead < c->size &&
+            auth_check(c, "ddprt notice", &n, offsetof(notice_t, mac), NULL, 0, n.mac))
             return drt_fail(err, "rank %u died during collective #%llu (reported by rank %u)",
                             n.dead, (unsigned long long)n.seq, n.reporter);
     return 0;

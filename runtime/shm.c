@@ -31,13 +31,17 @@ static size_t segment_size(int n)
     return HEADER + (size_t)n * (size_t)n * sizeof(shm_ring_t);
 }
 
+/* Keyed by the secret and the step (MASTER_PORT, restarts): a name seen in
+ * /dev/shm says nothing about the next step's, so no other user can create
+ * that one first. */
 static void segment_name(const drt_comm_t *c, char *buf, size_t len)
 {
-    uint32_t h = 2166136261u; /* FNV-1a of the secret: unique per job */
+    uint32_t step[3] = {c->env.master_port, c->env.restart_count, (uint32_t)c->node_of[c->rank]};
+    unsigned char mac[AUTH_MAC];
 
-    for (int i = 0; i < DRT_SECRET_LEN; i++)
-        h = (h ^ c->secret[i]) * 16777619u;
-    snprintf(buf, len, "/ddprt-%08x-%d", h, c->node_of[c->rank]);
+    auth_mac(c, "ddprt shm", step, sizeof(step), NULL, 0, mac);
+    snprintf(buf, len, "/ddprt-%02x%02x%02x%02x%02x%02x%02x%02x-%d", mac[0], mac[1], mac[2],
+             mac[3], mac[4], mac[5], mac[6], mac[7], c->node_of[c->rank]);
 }
 
 static void pause_ms(int ms)
@@ -62,8 +66,10 @@ static int open_segment(const drt_comm_t *c, const char *name, size_t size, drt_
         return fd;
     }
     for (;;) {
-        fd = shm_open(name, O_RDWR, 0600);
-        if (fd >= 0 && fstat(fd, &st) == 0 && (size_t)st.st_size == size)
+        fd = shm_open(name, O_RDWR | O_NOFOLLOW, 0600);
+        /* only the segment our local rank 0 made: ours, private, its size */
+        if (fd >= 0 && fstat(fd, &st) == 0 && (size_t)st.st_size == size &&
+            st.st_uid == geteuid() && !(st.st_mode & 077))
             return fd;
         if (fd >= 0)
             close(fd);

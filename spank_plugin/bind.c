@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <ifaddrs.h>
+#include <limits.h>
 #include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -14,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -89,10 +91,17 @@ static int allocated_cpus(spank_t sp, hwloc_bitmap_t cpus, char *err, size_t err
 
 static int allocated_gpus(spank_t sp, int *gpus, unsigned *n, char *err, size_t errlen)
 {
-    char buf[1024];
+    char buf[4096];
+    spank_err_t rc = spank_getenv(sp, "SLURM_STEP_GPUS", buf, sizeof(buf));
 
-    if (spank_getenv(sp, "SLURM_STEP_GPUS", buf, sizeof(buf)) != ESPANK_SUCCESS &&
-        spank_getenv(sp, "SLURM_JOB_GPUS", buf, sizeof(buf)) != ESPANK_SUCCESS)
+    if (rc == ESPANK_ENV_NOEXIST)
+        rc = spank_getenv(sp, "SLURM_JOB_GPUS", buf, sizeof(buf));
+    if (rc == ESPANK_NOSPACE) { /* not "no GPU GRES": that would bind every GPU */
+        snprintf(err, errlen, "SLURM's allocated GPU list is longer than %zu characters",
+                 sizeof(buf) - 1);
+        return -1;
+    }
+    if (rc != ESPANK_SUCCESS)
         return 1; /* no GPU GRES: every GPU of the node */
     if (parse_index_list(buf, gpus, 256, n) < 0) {
         snprintf(err, errlen, "cannot parse SLURM's allocated GPUs '%.100s'", buf);
@@ -101,23 +110,83 @@ static int allocated_gpus(spank_t sp, int *gpus, unsigned *n, char *err, size_t 
     return 0;
 }
 
+/* Why `st` may not be part of a topology path, or NULL: only root may be
+ * able to change the file or any directory above it (as sshd checks
+ * authorized_keys), since a user who can would choose the binding, or plant
+ * a FIFO or a hostile file, for every job on the node. A root-owned sticky
+ * directory (/tmp) is the exception: others may add entries there but can
+ * neither rename nor replace root's, and the next component is checked. */
+static const char *untrusted(const struct stat *st)
+{
+    if (st->st_uid != 0)
+        return "not owned by root";
+    if ((st->st_mode & (S_IWGRP | S_IWOTH)) && !(S_ISDIR(st->st_mode) && (st->st_mode & S_ISVTX)))
+        return "writable by users other than root";
+    return NULL;
+}
+
+/* Every component of `real` (a path without symlinks), the file first. */
+static int trusted_path(const char *file, const char *real, char *err, size_t errlen)
+{
+    char dir[PATH_MAX];
+    struct stat st;
+    const char *why;
+
+    snprintf(dir, sizeof(dir), "%s", real);
+    for (;;) {
+        if (stat(dir[0] ? dir : "/", &st) < 0) {
+            snprintf(err, errlen, "topology file '%.300s': cannot check '%.300s': %s", file,
+                     dir[0] ? dir : "/", strerror(errno));
+            return -1;
+        }
+        if ((why = untrusted(&st))) {
+            snprintf(err, errlen, "topology file '%.300s' refused: %s '%.300s' is %s (admin: keep "
+                     "topology files where only root can change them, e.g. /etc/ddp-topo)", file,
+                     S_ISDIR(st.st_mode) ? "directory" : "file", dir[0] ? dir : "/", why);
+            return -1;
+        }
+        if (!dir[0])
+            return 0;
+        *strrchr(dir, '/') = '\0';
+    }
+}
+
+/* A file pattern: expanded, its symlinks resolved, checked, and loaded by
+ * that resolved path, which only root can change under us. */
+static int load_file(const char *pattern, const char *node_name, char *err, size_t errlen)
+{
+    char path[512], real[PATH_MAX], host[256] = "";
+    dt_error_t derr;
+
+    gethostname(host, sizeof(host) - 1);
+    if (dt_topology_path(pattern, node_name, host, path, sizeof(path), &derr) < 0) {
+        snprintf(err, errlen, "%s", derr.text);
+        return -1;
+    }
+    if (!realpath(path, real)) {
+        snprintf(err, errlen, "topology file '%.300s': %s", path, strerror(errno));
+        return -1;
+    }
+    if (trusted_path(path, real, err, errlen) < 0)
+        return -1;
+    if (dt_node_load_file(&state.node, real, &derr) < 0) {
+        snprintf(err, errlen, "%s", derr.text);
+        return -1;
+    }
+    return 0;
+}
+
 static int load_topology(const char *pattern, const char *node_name, char *err, size_t errlen)
 {
-    char path[512], host[256] = "";
     dt_error_t derr;
-    int rc;
 
-    if (!strcmp(pattern, "live")) {
-        rc = dt_node_load_live(&state.node, &derr);
-    } else {
-        gethostname(host, sizeof(host) - 1);
-        rc = dt_topology_path(pattern, node_name, host, path, sizeof(path), &derr);
-        if (rc == 0)
-            rc = dt_node_load_file(&state.node, path, &derr);
-    }
-    if (rc < 0)
+    if (strcmp(pattern, "live"))
+        return load_file(pattern, node_name, err, errlen);
+    if (dt_node_load_live(&state.node, &derr) < 0) {
         snprintf(err, errlen, "%s", derr.text);
-    return rc;
+        return -1;
+    }
+    return 0;
 }
 
 static const struct ifaddrs *iface_with(const struct ifaddrs *ifs, in_addr_t addr)
@@ -200,17 +269,31 @@ fail:
 
 static int bind_gpu(spank_t sp, const dt_rank_plan_t *rp)
 {
-    char list[1024] = "";
+    /* sized for the list: up to 11 characters per index and a comma */
+    char *list = calloc((size_t)state.plan.nvisible * 12 + 1, 1);
     size_t o = 0;
+    int rc;
 
-    if (rp->gpu < 0)
-        return 0;
-    for (unsigned i = 0; i < state.plan.nvisible && o < sizeof(list); i++)
-        o += (size_t)snprintf(list + o, sizeof(list) - o, "%s%d", i ? "," : "", state.plan.visible[i]);
+    if (rp->gpu < 0 || !list) {
+        free(list);
+        return rp->gpu < 0 ? 0 : -1;
+    }
+    for (unsigned i = 0; i < state.plan.nvisible; i++)
+        o += (size_t)sprintf(list + o, "%s%d", i ? "," : "", state.plan.visible[i]);
     /* our indexes are PCI bus order, as NVML and SLURM's gres count */
-    return ddp_setenvf(sp, "CUDA_DEVICE_ORDER", 1, "PCI_BUS_ID") |
-           ddp_setenvf(sp, "CUDA_VISIBLE_DEVICES", 1, "%s", list) |
-           ddp_setenvf(sp, "DDP_TOPO_GPU", 1, "%d", state.node.gpus[rp->gpu].index);
+    rc = ddp_setenvf(sp, "CUDA_DEVICE_ORDER", 1, "PCI_BUS_ID") |
+         ddp_setenvf(sp, "CUDA_VISIBLE_DEVICES", 1, "%s", list) |
+         ddp_setenvf(sp, "DDP_TOPO_GPU", 1, "%d", state.node.gpus[rp->gpu].index);
+    free(list);
+    return rc;
+}
+
+/* A rank's PUs as "0-3,8", any length (malloc'd, NULL on ENOMEM). */
+static char *cpu_list(hwloc_const_bitmap_t set)
+{
+    char *s;
+
+    return hwloc_bitmap_list_asprintf(&s, set) < 0 ? NULL : s;
 }
 
 static int bind_cpu(spank_t sp, const dt_rank_plan_t *rp, int local, char *err, size_t errlen)
@@ -224,10 +307,11 @@ static int bind_cpu(spank_t sp, const dt_rank_plan_t *rp, int local, char *err, 
             CPU_SET(pu, &set);
     hwloc_bitmap_foreach_end();
     if (sched_setaffinity(0, sizeof(set), &set) < 0) {
-        char cpus[128];
-        hwloc_bitmap_list_snprintf(cpus, sizeof(cpus), rp->cpus);
-        snprintf(err, errlen, "cannot bind local rank %d to CPUs %s: %s (is the topology this "
-                 "node's? --ddp-topo-bind=gpu skips CPU binding)", local, cpus, strerror(errno));
+        char *cpus = cpu_list(rp->cpus);
+        snprintf(err, errlen, "cannot bind local rank %d to CPUs %.100s%s: %s (is the topology "
+                 "this node's? --ddp-topo-bind=gpu skips CPU binding)", local, cpus ? cpus : "?",
+                 cpus && strlen(cpus) > 100 ? "..." : "", strerror(errno));
+        free(cpus);
         return -1;
     }
     return ddp_setenvf(sp, "OMP_NUM_THREADS", 0, "%u", rp->ncores ? rp->ncores : 1);
@@ -276,15 +360,18 @@ static int bind_nic(spank_t sp, const dt_rank_plan_t *rp, int local, char *err, 
 int ddp_bind_task_init(spank_t sp, int local, char *err, size_t errlen)
 {
     const dt_rank_plan_t *rp;
-    char cpus[256];
+    char *cpus;
+    int rc;
 
     if (!state.ready || local < 0 || (unsigned)local >= state.plan.nranks) {
         snprintf(err, errlen, "no binding plan for local rank %d", local);
         return -1;
     }
     rp = &state.plan.ranks[local];
-    hwloc_bitmap_list_snprintf(cpus, sizeof(cpus), rp->cpus);
-    if (ddp_setenvf(sp, "DDP_TOPO_CPUS", 1, "%s", cpus) < 0 ||
+    cpus = cpu_list(rp->cpus);
+    rc = cpus ? ddp_setenvf(sp, "DDP_TOPO_CPUS", 1, "%s", cpus) : -1;
+    free(cpus);
+    if (rc < 0 ||
         (rp->nic >= 0 && ddp_setenvf(sp, "DDP_TOPO_NIC", 1, "%s", state.node.nics[rp->nic].name[0]
                               ? state.node.nics[rp->nic].name : state.node.nics[rp->nic].busid) < 0) ||
         (state.ifname[0] && (ddp_setenvf(sp, "NCCL_SOCKET_IFNAME", 0, "=%s", state.ifname) < 0 ||
@@ -310,21 +397,22 @@ int ddp_bind_task_init(spank_t sp, int local, char *err, size_t errlen)
 void ddp_bind_describe(int local, char *buf, size_t len)
 {
     const dt_rank_plan_t *rp;
-    char cpus[128], bind[32];
+    char *cpus, bind[32];
 
     if (!state.ready || local < 0 || (unsigned)local >= state.plan.nranks) {
         snprintf(buf, len, "binding=none");
         return;
     }
     rp = &state.plan.ranks[local];
-    hwloc_bitmap_list_snprintf(cpus, sizeof(cpus), rp->cpus);
+    cpus = cpu_list(rp->cpus);
     snprintf(buf, len, "GPU=%d CPUS=%s NUMA=%d NIC=%s bind=%s",
-             rp->gpu >= 0 ? state.node.gpus[rp->gpu].index : -1, cpus,
+             rp->gpu >= 0 ? state.node.gpus[rp->gpu].index : -1, cpus ? cpus : "?",
              rp->numa >= 0 ? (int)state.node.numa[rp->numa].os_index : -1,
              rp->nic >= 0 ? (state.node.nics[rp->nic].name[0] ? state.node.nics[rp->nic].name
                                                                : state.node.nics[rp->nic].busid)
                           : "-",
              dt_bind_name(state.bind, bind, sizeof(bind)));
+    free(cpus);
 }
 
 unsigned ddp_bind_warnings(const char ***warnings)

@@ -93,7 +93,12 @@ static int config_arg(const char *arg, ddp_config_t *cfg, char *err, size_t errl
                      : derr.text);
             return -1;
         }
-        snprintf(cfg->topology, sizeof(cfg->topology), "%s", v);
+        if (strlen(v) >= sizeof(cfg->topology)) {
+            snprintf(err, errlen, "plugstack.conf argument '%.80s...': the pattern is longer "
+                     "than %zu characters", arg, sizeof(cfg->topology) - 1);
+            return -1;
+        }
+        memcpy(cfg->topology, v, strlen(v) + 1);
         return 0;
     }
     if (!strncmp(arg, "bind=", 5)) {
@@ -107,6 +112,8 @@ static int config_arg(const char *arg, ddp_config_t *cfg, char *err, size_t errl
     return -1;
 }
 
+/* Every argument is parsed even after a bad one: the valid ones (default=
+ * above all) still say which jobs asked for ddp-topo and must fail. */
 int ddp_config_parse(int ac, char **av, ddp_config_t *cfg, char *err, size_t errlen)
 {
     ddp_config_t c = {.default_mode = DDP_MODE_OFF,
@@ -114,12 +121,37 @@ int ddp_config_parse(int ac, char **av, ddp_config_t *cfg, char *err, size_t err
                       .port_hi = DT_PORT_RANGE_DEFAULT_HI,
                       .topology = "live",
                       .bind = DT_BIND_GPU | DT_BIND_CPU};
+    int rc = 0;
 
+    /* the first error is the one to fix; later ones are parsed, not kept */
     for (int i = 0; i < ac; i++)
-        if (config_arg(av[i], &c, err, errlen) < 0)
-            return -1;
+        if (config_arg(av[i], &c, rc == 0 ? err : NULL, rc == 0 ? errlen : 0) < 0)
+            rc = -1;
     *cfg = c;
-    return 0;
+    return rc;
+}
+
+/* The kernel hands ports of ip_local_port_range to outgoing connections, so
+ * a derived MASTER_PORT inside it can be taken by any process on rank 0's
+ * node. `path` is /proc/sys/net/ipv4/ip_local_port_range (a parameter for
+ * the tests). Returns 1 with msg set when the ranges overlap, else 0. */
+int ddp_port_range_warning(const ddp_config_t *cfg, const char *path, char *msg, size_t len)
+{
+    FILE *f = fopen(path, "re");
+    unsigned lo, hi;
+    int n;
+
+    if (!f)
+        return 0;
+    n = fscanf(f, "%u %u", &lo, &hi);
+    fclose(f);
+    if (n != 2 || cfg->port_lo > hi || lo > cfg->port_hi)
+        return 0;
+    snprintf(msg, len, "plugstack.conf port_range=%u-%u overlaps the kernel's ephemeral port "
+             "range %u-%u (%s), so an outgoing connection can take a job's MASTER_PORT (move "
+             "port_range out of %u-%u, or have SLURM reserve ports: MpiParams=ports=LO-HI in "
+             "slurm.conf)", cfg->port_lo, cfg->port_hi, lo, hi, path, lo, hi);
+    return 1;
 }
 
 int ddp_bind_option_parse(const char *value, unsigned *bind, char *err, size_t errlen)

@@ -1,7 +1,6 @@
-/* srun, sbatch and salloc: validate what the admin configured, so that a bad
- * plugstack.conf is reported where a person reads it, before any allocation
- * (the --ddp-topo value itself is validated by the option callback), and
- * give the job its runtime secret. */
+/* srun, sbatch and salloc: report a bad plugstack.conf where a person reads
+ * it, before any allocation (the --ddp-topo value itself is validated by
+ * the option callback), and give the job its runtime secret. */
 #include "plugin.h"
 
 #include <stdio.h>
@@ -9,19 +8,39 @@
 #include <sys/random.h>
 
 static ddp_config_t config;
+static char config_error[DDP_ERRLEN];
 
+/* Never fails: on a `required` line a failing init stops every srun, sbatch
+ * and salloc, also those of jobs that never asked for ddp-topo. A bad
+ * argument is printed by every command instead, and fails the jobs that do
+ * ask (ddp_local_post_opt). */
 int ddp_local_init(int ac, char **av)
 {
-    char err[DDP_ERRLEN];
-
-    if (ddp_config_parse(ac, av, &config, err, sizeof(err)) == 0)
-        return 0;
-    slurm_error("ddp-topo: %s (fix the ddp_topo.so line in plugstack.conf; see the README)",
-                err);
-    return -1;
+    if (ddp_config_parse(ac, av, &config, config_error, sizeof(config_error)) < 0)
+        slurm_error("ddp-topo: %s (fix the ddp_topo.so line in plugstack.conf; see the README)",
+                    config_error);
+    return 0;
 }
 
-/* DDPRT_SECRET authenticates the runtime's connections. Made here, by the
+/* The mode this job asked for: the option, else DDP_TOPO, else default=. A
+ * bad DDP_TOPO counts as asking (slurmstepd fails the tasks with it). */
+static ddp_mode_t requested_mode(void)
+{
+    const char *env = getenv("DDP_TOPO");
+    char err[DDP_ERRLEN];
+    ddp_request_t req;
+
+    if (ddp_request.given)
+        return ddp_request.mode;
+    if (!env)
+        return config.default_mode;
+    return ddp_request_parse(env, &req, err, sizeof(err)) == 0 ? req.mode : DDP_MODE_AUTO;
+}
+
+/* A job that asks for ddp-topo under a broken plugstack.conf fails here,
+ * with the admin's error, before anything is allocated.
+ *
+ * DDPRT_SECRET authenticates the runtime's connections. Made here, by the
  * user's own srun/sbatch/salloc, it travels in the job's environment to
  * every task of the job and to no other user's process (task environments
  * are readable by their owner and root only). An inherited one (srun inside
@@ -29,15 +48,18 @@ int ddp_local_init(int ac, char **av)
 int ddp_local_post_opt(void)
 {
     unsigned char b[32];
-    char hex[65], err[DDP_ERRLEN];
-    ddp_mode_t mode = ddp_request.given ? ddp_request.mode : config.default_mode;
-    const char *env = getenv("DDP_TOPO");
-    ddp_request_t req;
+    char hex[65], warning[DDP_ERRLEN];
 
-    /* a bad DDP_TOPO is reported by slurmstepd, where it fails the tasks */
-    if (!ddp_request.given && env && ddp_request_parse(env, &req, err, sizeof(err)) == 0)
-        mode = req.mode;
-    if (mode == DDP_MODE_OFF || getenv("DDPRT_SECRET"))
+    if (requested_mode() == DDP_MODE_OFF)
+        return 0;
+    if (config_error[0]) {
+        slurm_error("ddp-topo: this job asks for ddp-topo, which cannot run: %s (ask your admin "
+                    "to fix the ddp_topo.so line in plugstack.conf)", config_error);
+        return -1;
+    }
+    if (ddp_port_range_warning(&config, DDP_EPHEMERAL_PATH, warning, sizeof(warning)))
+        slurm_info("ddp-topo: warning: %s", warning);
+    if (getenv("DDPRT_SECRET"))
         return 0;
     if (getrandom(b, sizeof(b), 0) != (ssize_t)sizeof(b)) {
         slurm_error("ddp-topo: cannot make the job's DDPRT_SECRET: no randomness available");

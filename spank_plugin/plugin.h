@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <slurm/spank.h>
 
-#define DDP_ERRLEN 400
+#define DDP_ERRLEN 1200 /* a dt_error_t (1024) and the plugin's words around it */
 
 typedef enum { DDP_MODE_OFF, DDP_MODE_ENV, DDP_MODE_AUTO } ddp_mode_t;
 
@@ -42,7 +42,10 @@ typedef struct {
 
 /* config.c */
 int ddp_request_parse(const char *value, ddp_request_t *req, char *err, size_t errlen);
+/* Fills cfg with every valid argument even when one is bad (-1, err set). */
 int ddp_config_parse(int ac, char **av, ddp_config_t *cfg, char *err, size_t errlen);
+#define DDP_EPHEMERAL_PATH "/proc/sys/net/ipv4/ip_local_port_range"
+int ddp_port_range_warning(const ddp_config_t *cfg, const char *path, char *msg, size_t len);
 const char *ddp_mode_name(ddp_mode_t mode);
 
 int ddp_bind_option_parse(const char *value, unsigned *bind, char *err, size_t errlen);

@@ -5,8 +5,12 @@
  * SLURM drains the node when the batch step's init/user_init fails and
  * silently ignores a failing user_init of an srun step, while a failing
  * task_init fails just the job, with our message on the user's terminal. */
+#define _GNU_SOURCE /* vasprintf */
+#include "config.h"
 #include "plugin.h"
 
+#include <ctype.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -19,7 +23,8 @@
 
 #include "ddptopo.h"
 
-/* The longest SLURM_STEP_NODELIST we accept. */
+/* The longest variable we read from the job (SLURM_STEP_NODELIST, DDP_TOPO,
+ * ...); one environment string cannot exceed 128 KiB on Linux anyway. */
 #define NODELIST_MAX (1 << 20)
 
 typedef struct {
@@ -50,12 +55,55 @@ static void step_fail(const char *fmt, ...)
     va_end(ap);
 }
 
+/* Runs once per slurmstepd, so each message lands once per step in
+ * slurmd's log, where the admin looks. */
 int ddp_remote_init(int ac, char **av)
 {
+    char warning[DDP_ERRLEN];
+
     /* Never fail here: a failing init of the batch step drains the node. */
     if (ddp_config_parse(ac, av, &config, config_error, sizeof(config_error)) < 0)
-        slurm_error("ddp-topo: %s", config_error);
+        slurm_error("ddp-topo: %s (fix the ddp_topo.so line in plugstack.conf; see the README)",
+                    config_error);
+    else if (ddp_port_range_warning(&config, DDP_EPHEMERAL_PATH, warning, sizeof(warning)))
+        slurm_info("ddp-topo: warning: %s", warning);
     return 0;
+}
+
+/* spank_getenv into a buffer that grows until the value fits: *value is
+ * malloc'd on ESPANK_SUCCESS; ESPANK_NOSPACE means longer than
+ * NODELIST_MAX bytes. */
+static spank_err_t getenv_alloc(spank_t sp, const char *name, char **value)
+{
+    for (int len = 4096; len <= NODELIST_MAX; len *= 4) {
+        char *buf = malloc((size_t)len);
+        spank_err_t rc;
+
+        if (!buf)
+            return ESPANK_ERROR;
+        rc = spank_getenv(sp, name, buf, len);
+        if (rc == ESPANK_SUCCESS) {
+            *value = buf;
+            return rc;
+        }
+        free(buf);
+        if (rc != ESPANK_NOSPACE)
+            return rc;
+    }
+    return ESPANK_NOSPACE;
+}
+
+/* A user variable getenv_alloc cannot read fails the step, naming it. */
+static char *getenv_or_fail(spank_t sp, const char *name, spank_err_t *rc)
+{
+    char *value = NULL;
+
+    *rc = getenv_alloc(sp, name, &value);
+    if (*rc == ESPANK_NOSPACE)
+        step_fail("%s is longer than %d bytes (unset it or shorten it)", name, NODELIST_MAX);
+    else if (*rc != ESPANK_SUCCESS && *rc != ESPANK_ENV_NOEXIST)
+        step_fail("cannot read %s: %s (report this to your admin)", name, spank_strerror(*rc));
+    return value;
 }
 
 /* The user's request: --ddp-topo (command line or inherited from sbatch),
@@ -63,21 +111,24 @@ int ddp_remote_init(int ac, char **av)
  * SPANK options, such as slurmrestd), else the admin's default. */
 static void resolve_request(spank_t sp)
 {
-    char buf[128];
+    char *env, err[DDP_ERRLEN];
+    spank_err_t rc;
 
     if (ddp_request_error[0]) {
         step.req.given = true;
         step_fail("%s", ddp_request_error);
     } else if (ddp_request.given) {
         step.req = ddp_request;
-    } else if (spank_getenv(sp, "DDP_TOPO", buf, sizeof(buf)) == ESPANK_SUCCESS) {
-        char err[DDP_ERRLEN];
-        if (ddp_request_parse(buf, &step.req, err, sizeof(err)) < 0) {
+    } else if ((env = getenv_or_fail(sp, "DDP_TOPO", &rc)) != NULL) {
+        if (ddp_request_parse(env, &step.req, err, sizeof(err)) < 0) {
             step.req.given = true;
-            step_fail("DDP_TOPO=%.100s: %s", buf, err);
+            step_fail("DDP_TOPO=%.100s: %s", env, err);
         }
-    } else {
+        free(env);
+    } else if (rc == ESPANK_ENV_NOEXIST) {
         step.req.mode = config.default_mode;
+    } else {
+        step.req.given = true; /* DDP_TOPO is set but unreadable: fail, never ignore it */
     }
 }
 
@@ -96,14 +147,20 @@ static int get_u32(spank_t sp, spank_item_t item, const char *name, uint32_t *v)
  * right: take the larger, so a requeued job moves to a new port. */
 static void read_restart_env(spank_t sp)
 {
-    char buf[16], *end;
+    spank_err_t rc;
+    char *buf = getenv_or_fail(sp, "SLURM_RESTART_COUNT", &rc), *end;
     unsigned long v;
 
-    if (spank_getenv(sp, "SLURM_RESTART_COUNT", buf, sizeof(buf)) != ESPANK_SUCCESS)
+    if (!buf)
         return;
+    errno = 0;
     v = strtoul(buf, &end, 10);
-    if (end != buf && !*end && v <= UINT32_MAX && v > step.restart)
+    if (!isdigit((unsigned char)buf[0]) || *end || errno || v > UINT32_MAX)
+        step_fail("SLURM_RESTART_COUNT='%.40s' is not a non-negative integer (unset it; SLURM "
+                  "sets it in requeued jobs)", buf);
+    else if (v > step.restart)
         step.restart = (uint32_t)v;
+    free(buf);
 }
 
 static int read_items(spank_t sp)
@@ -117,26 +174,19 @@ static int read_items(spank_t sp)
         get_u32(sp, S_SLURM_RESTART_COUNT, "the restart count", &step.restart) < 0)
         return -1;
     read_restart_env(sp);
-    return 0;
+    return step.error[0] ? -1 : 0;
 }
 
-/* spank_getenv into a buffer that grows until the value fits. */
-static char *getenv_alloc(spank_t sp, const char *name)
+/* Host names longer than the step's fields are refused, never cut. */
+static int copy_host(char *dst, size_t len, const char *host)
 {
-    for (int len = 4096; len <= NODELIST_MAX; len *= 4) {
-        char *buf = malloc((size_t)len);
-        spank_err_t rc;
-
-        if (!buf)
-            return NULL;
-        rc = spank_getenv(sp, name, buf, len);
-        if (rc == ESPANK_SUCCESS)
-            return buf;
-        free(buf);
-        if (rc != ESPANK_NOSPACE)
-            return NULL;
+    if (strlen(host) >= len) {
+        step_fail("host name '%.60s...' is longer than %zu characters (set MASTER_ADDR "
+                  "yourself and report this)", host, len - 1);
+        return -1;
     }
-    return NULL;
+    memcpy(dst, host, strlen(host) + 1);
+    return 0;
 }
 
 /* MASTER_ADDR: the first host of the step (not of the job: `srun -r1` or
@@ -144,12 +194,12 @@ static char *getenv_alloc(spank_t sp, const char *name)
  * we can derive. */
 static int find_master_addr(spank_t sp)
 {
-    char *list = getenv_alloc(sp, "SLURM_STEP_NODELIST");
-    char **hosts;
+    char *list = NULL, **hosts;
     size_t n;
     dt_error_t err;
+    int rc;
 
-    if (!list) {
+    if (getenv_alloc(sp, "SLURM_STEP_NODELIST", &list) != ESPANK_SUCCESS) {
         step_fail("MASTER_ADDR: SLURM_STEP_NODELIST is missing or longer than %d bytes "
                   "(set MASTER_ADDR yourself)", NODELIST_MAX);
         return -1;
@@ -160,12 +210,12 @@ static int find_master_addr(spank_t sp)
         free(list);
         return -1;
     }
-    snprintf(step.master_addr, sizeof(step.master_addr), "%s", hosts[0]);
-    if (step.node_id < n)
-        snprintf(step.node_name, sizeof(step.node_name), "%s", hosts[step.node_id]);
+    rc = copy_host(step.master_addr, sizeof(step.master_addr), hosts[0]);
+    if (rc == 0 && step.node_id < n)
+        rc = copy_host(step.node_name, sizeof(step.node_name), hosts[step.node_id]);
     dt_hostlist_free(hosts, n);
     free(list);
-    return 0;
+    return rc;
 }
 
 /* With -m arbitrary rank 0 may run on another node than the step's first;
@@ -173,7 +223,7 @@ static int find_master_addr(spank_t sp)
  * wait for a TCPStore that never starts. */
 static void check_rank0_here(spank_t sp)
 {
-    char buf[8];
+    char buf[8]; /* only whether MASTER_ADDR exists: ESPANK_NOSPACE means it does */
 
     if (step.node_id == 0 || spank_getenv(sp, "MASTER_ADDR", buf, sizeof(buf)) != ESPANK_ENV_NOEXIST)
         return;
@@ -205,12 +255,15 @@ static bool port_in_use(uint16_t port)
 
 static void find_master_port(spank_t sp)
 {
-    char buf[256];
+    char buf[8]; /* only whether MASTER_PORT exists, as in check_rank0_here */
+    spank_err_t rc;
+    char *resv = getenv_or_fail(sp, "SLURM_STEP_RESV_PORTS", &rc);
     dt_error_t err;
 
-    if (spank_getenv(sp, "SLURM_STEP_RESV_PORTS", buf, sizeof(buf)) == ESPANK_SUCCESS) {
-        if (dt_resv_ports_first(buf, &step.master_port, &err) < 0)
+    if (resv || rc != ESPANK_ENV_NOEXIST) {
+        if (resv && dt_resv_ports_first(resv, &step.master_port, &err) < 0)
             step_fail("MASTER_PORT: %s (report this to your admin)", err.text);
+        free(resv);
         return;
     }
     step.master_port = dt_master_port(step.job_id, step.step_id, step.restart,
@@ -242,9 +295,8 @@ int ddp_remote_user_init(spank_t sp)
         step.step_id >= SLURM_INTERACTIVE_STEP)
         return 0;
     resolve_request(sp);
-    /* A broken plugstack.conf breaks only the steps that asked for us. */
-    if (config_error[0] && !step.req.given)
-        return 0;
+    /* A broken plugstack.conf breaks only the steps that asked for us (the
+     * option, DDP_TOPO, or a default= that parsed). */
     if (!step.error[0] && step.req.mode == DDP_MODE_OFF)
         return 0;
     step.active = true;
@@ -262,14 +314,21 @@ int ddp_remote_user_init(spank_t sp)
 
 int ddp_setenvf(spank_t sp, const char *name, int overwrite, const char *fmt, ...)
 {
-    char val[1024];
+    char *val = NULL;
     va_list ap;
     spank_err_t rc;
+    int n;
 
+    /* sized to the value: a long CUDA_VISIBLE_DEVICES is set whole, never cut */
     va_start(ap, fmt);
-    vsnprintf(val, sizeof(val), fmt, ap);
+    n = vasprintf(&val, fmt, ap);
     va_end(ap);
+    if (n < 0) {
+        slurm_error("ddp-topo: cannot set %s in the task: out of memory", name);
+        return -1;
+    }
     rc = spank_setenv(sp, name, val, overwrite);
+    free(val);
     if (rc == ESPANK_SUCCESS || (rc == ESPANK_ENV_EXISTS && !overwrite))
         return 0;
     slurm_error("ddp-topo: cannot set %s in the task: %s", name, spank_strerror(rc));
@@ -293,14 +352,19 @@ static int set_task_env(spank_t sp, uint32_t rank, int local)
            ddp_setenvf(sp, "OMP_NUM_THREADS", 0, "%u", step.cpus_per_task ? step.cpus_per_task : 1);
 }
 
-static const char *effective(spank_t sp, const char *name, char *buf, int len)
+/* The task's value of a variable, whole (free it), or "?" when unset. */
+static char *effective(spank_t sp, const char *name)
 {
-    return spank_getenv(sp, name, buf, len) == ESPANK_SUCCESS ? buf : "?";
+    char *value = NULL;
+
+    return getenv_alloc(sp, name, &value) == ESPANK_SUCCESS ? value : strdup("?");
 }
 
 static void print_task(spank_t sp, uint32_t rank, int local)
 {
-    char host[256], addr[256], port[16], omp[16], binding[256] = "";
+    char host[256], binding[512] = "";
+    char *addr = effective(sp, "MASTER_ADDR"), *port = effective(sp, "MASTER_PORT"),
+         *omp = effective(sp, "OMP_NUM_THREADS");
     const char **warnings;
     unsigned nwarnings = 0;
 
@@ -313,12 +377,13 @@ static void print_task(spank_t sp, uint32_t rank, int local)
         nwarnings = ddp_bind_warnings(&warnings);
     }
     fprintf(stderr, "ddp-topo: rank %u/%u on %s: node %u/%u local %d/%u MASTER_ADDR=%s "
-            "MASTER_PORT=%s OMP_NUM_THREADS=%s mode=%s%s\n", rank, step.world, host,
-            step.node_id, step.nnodes, local, step.local_count,
-            effective(sp, "MASTER_ADDR", addr, sizeof(addr)),
-            effective(sp, "MASTER_PORT", port, sizeof(port)),
-            effective(sp, "OMP_NUM_THREADS", omp, sizeof(omp)), ddp_mode_name(step.req.mode),
-            binding);
+            "MASTER_PORT=%s OMP_NUM_THREADS=%s mode=%s%s version=%s\n", rank, step.world, host,
+            step.node_id, step.nnodes, local, step.local_count, addr ? addr : "?",
+            port ? port : "?", omp ? omp : "?", ddp_mode_name(step.req.mode), binding,
+            PACKAGE_VERSION);
+    free(addr);
+    free(port);
+    free(omp);
     for (unsigned i = 0; local == 0 && i < nwarnings; i++)
         fprintf(stderr, "ddp-topo: warning: %s: %s\n", host, warnings[i]);
 }

@@ -4,6 +4,8 @@
 #include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,7 +49,8 @@ typedef struct {
     char nodes_buf[64];
     long nodes, ntasks, ntasks_per_node, gpus_per_node;
     const char *tasks_per_node, *dist, *gpus, *format;
-    int gpu_list[1024];
+    char *script;  /* the --sbatch file: option values point into it */
+    int gpu_list[DT_NODE_MAX_GPUS];
 } report_args_t;
 
 static double parse_count(const char *s, int *ok)
@@ -65,20 +68,26 @@ static double parse_count(const char *s, int *ok)
         v *= 1e9, end++;
     else if (*end == 'T')
         v *= 1e12, end++;
-    *ok = end != s && !*end && !errno && v >= 0;
+    /* "inf", "nan", 1e999, " 7" and "-0" are no counts */
+    *ok = (isdigit((unsigned char)s[0]) || s[0] == '.') && !*end && !errno && isfinite(v);
     return v;
 }
 
-static int number(const char *opt, const char *s, long *v)
+/* The bad value itself goes into every message, elided past 60 characters. */
+#define SHOWN(s) (int)(strlen(s) > 60 ? 60 : strlen(s)), (s), strlen(s) > 60 ? "..." : ""
+
+static int number(const char *opt, const char *s, long max, long *v)
 {
     char *end;
 
     errno = 0;
     *v = strtol(s, &end, 10);
-    if (end == s || *end || errno || *v < 0) {
-        char why[160];
-        snprintf(why, sizeof(why), "%s '%.60s' is not a non-negative integer", opt, s);
-        return cli_fail("report", why, "pass a number");
+    /* digits only: strtol would also take " 5", "+5" and "-0" */
+    if (!isdigit((unsigned char)s[0]) || *end || errno || *v > max) {
+        char why[200];
+        snprintf(why, sizeof(why), "%s '%.*s%s' is not an integer from 0 to %ld", opt, SHOWN(s),
+                 max);
+        return cli_fail("report", why, "pass a number in that range");
     }
     return 0;
 }
@@ -91,24 +100,48 @@ static int real(const char *opt, const char *s, double *v)
     if (ok)
         return 0;
     char why[160];
-    snprintf(why, sizeof(why), "%s '%.60s' is not a non-negative number", opt, s);
+    snprintf(why, sizeof(why), "%s '%.*s%s' is not a finite non-negative number", opt, SHOWN(s));
     return cli_fail("report", why, "pass a number such as 7e9, 7B or 12.5");
+}
+
+/* One GPU index of --gpus: p..end. */
+static int gpu_index(report_args_t *a, const char *s, const char *p, const char *end,
+                     const char *seen)
+{
+    char why[240];
+    long v;
+
+    errno = 0;
+    v = strtol(p, NULL, 10);
+    if (!errno && v >= 0 && v < DT_NODE_MAX_GPUS && !seen[v] && a->o.ngpus < DT_NODE_MAX_GPUS) {
+        a->gpu_list[a->o.ngpus++] = (int)v;
+        return (int)v;
+    }
+    if (!errno && v >= 0 && v < DT_NODE_MAX_GPUS && seen[v])
+        snprintf(why, sizeof(why), "--gpus '%.*s%s' names GPU %ld twice", SHOWN(s), v);
+    else
+        snprintf(why, sizeof(why), "--gpus '%.*s%s': GPU index '%.*s' is out of range (0-%d)",
+                 SHOWN(s), (int)(end - p > 24 ? 24 : end - p), p, DT_NODE_MAX_GPUS - 1);
+    return cli_fail("report", why, "e.g. --gpus 0,1,4,5");
 }
 
 static int gpu_list(report_args_t *a, const char *s)
 {
+    char seen[DT_NODE_MAX_GPUS] = {0};
     const char *p = s;
 
     a->o.ngpus = 0;
     while (*p) {
-        char *end;
-        long v = strtol(p, &end, 10);
-        if (end == p || v < 0 || (*end && *end != ',') || a->o.ngpus == 1024) {
+        const char *end = p + strspn(p, "0123456789");
+        int v;
+        if (end == p || (*end && *end != ',')) {
             char why[160];
-            snprintf(why, sizeof(why), "--gpus '%.60s' is not a list of GPU indexes", s);
+            snprintf(why, sizeof(why), "--gpus '%.*s%s' is not a list of GPU indexes", SHOWN(s));
             return cli_fail("report", why, "e.g. --gpus 0,1,4,5");
         }
-        a->gpu_list[a->o.ngpus++] = (int)v;
+        if ((v = gpu_index(a, s, p, end, seen)) < 0)
+            return -1;
+        seen[v] = 1;
         p = *end ? end + 1 : end;
     }
     a->o.gpus = a->gpu_list;
@@ -142,18 +175,18 @@ static int apply(report_args_t *a, const char *name, const char *val)
     if (IS("nodelist") || IS("w"))
         a->nodelist = val;
     else if (IS("nodes") || IS("N"))
-        return number("--nodes", val, &a->nodes);
+        return number("--nodes", val, DT_HOSTLIST_MAX_HOSTS, &a->nodes);
     else if (IS("ntasks") || IS("n"))
-        return number("--ntasks", val, &a->ntasks);
+        return number("--ntasks", val, UINT32_MAX, &a->ntasks);
     else if (IS("ntasks-per-node"))
-        return number("--ntasks-per-node", val, &a->ntasks_per_node);
+        return number("--ntasks-per-node", val, UINT32_MAX, &a->ntasks_per_node);
     else if (IS("tasks-per-node"))
         a->tasks_per_node = val;
     else if (IS("distribution") || IS("m"))
         a->dist = val;
     else if (IS("gpus-per-node"))
         return number("--gpus-per-node", strchr(val, ':') ? strrchr(val, ':') + 1 : val,
-                      &a->gpus_per_node);
+                      DT_NODE_MAX_GPUS, &a->gpus_per_node);
     else if (IS("gpus"))
         return gpu_list(a, val);
     else if (IS("topology"))
@@ -174,7 +207,9 @@ static int apply(report_args_t *a, const char *name, const char *val)
     else if (IS("inter-lat"))
         return real("--inter-lat", val, &a->o.inter_us);
     else if (IS("job-id") || IS("step-id") || IS("restart-count")) {
-        if (number(name, val, &v) < 0)
+        char opt[32];
+        snprintf(opt, sizeof(opt), "--%s", name);
+        if (number(opt, val, UINT32_MAX, &v) < 0) /* SLURM's ids are 32-bit */
             return -1;
         *(IS("job-id") ? &a->o.job_id : IS("step-id") ? &a->o.step_id : &a->o.restart_count) = v;
     } else if (IS("port-range")) {
@@ -192,68 +227,73 @@ static int apply(report_args_t *a, const char *name, const char *val)
     return 0;
 }
 
-/* Tokens of an #SBATCH line: --opt=value, --opt value, -N 2, -N2. */
+/* Tokens of an #SBATCH line, as many as it has: --opt=value, --opt value,
+ * -N 2, -N2. */
 static int apply_sbatch_line(report_args_t *a, char *line)
 {
-    char *tok[64];
-    int n = 0;
+    static const char *const sep = " \t\r";
+    char *save, *tok = strtok_r(line, sep, &save);
 
-    for (char *t = strtok(line, " \t\r\n"); t && n < 64; t = strtok(NULL, " \t\r\n"))
-        tok[n++] = t;
-    for (int i = 0; i < n; i++) {
-        char *name = tok[i], *val = NULL, *eq;
-        if (name[0] != '-')
+    while (tok) {
+        char *name = tok, *val = NULL, *eq, *next = strtok_r(NULL, sep, &save);
+        char shortopt[2] = {0};
+        if (name[0] != '-') {
+            tok = next;
             continue;
+        }
         name += name[1] == '-' ? 2 : 1;
         if ((eq = strchr(name, '='))) {
             *eq = '\0';
             val = eq + 1;
-        } else if (tok[i][1] != '-' && name[1]) { /* -N2 */
-            static char shortopt[2];
+        } else if (tok[1] != '-' && name[1]) { /* -N2 */
             val = name + 1;
             shortopt[0] = name[0];
             name = shortopt;
-        } else if (i + 1 < n && tok[i + 1][0] != '-') {
-            val = tok[++i];
+        } else if (next && next[0] != '-') {
+            val = next;
+            next = strtok_r(NULL, sep, &save);
         }
         if (!strcmp(name, "share"))
             a->o.share_gpus = 1;
         else if (val && apply(a, name, val) < 0)
             return -1;
+        tok = next;
     }
     return 0;
 }
 
-/* As sbatch: #SBATCH lines until the first command. */
-static int read_sbatch(report_args_t *a, const char *path, char **keep)
+/* As sbatch: #SBATCH lines until the first command. The script is read
+ * whole (lines of any length, within DT_INPUT_MAX) and kept: the options'
+ * values point into it. */
+static int read_sbatch(report_args_t *a, const char *path)
 {
-    FILE *f = fopen(path, "r");
-    char line[1024];
-    size_t nkeep = 0;
+    dt_error_t err;
+    size_t len;
+    char *line, *end, why[sizeof(err.text) + 32];
 
-    if (!f) {
-        char why[400];
-        snprintf(why, sizeof(why), "cannot read job script '%.300s': %s", path, strerror(errno));
+    if (a->script)
+        return cli_fail("report", "--sbatch given twice", "pass one job script");
+    if (dt_read_file(path, DT_INPUT_MAX, &a->script, &len, &err) < 0) {
+        snprintf(why, sizeof(why), "job script %s", err.text);
         return cli_fail("report", why, "check the --sbatch path");
     }
-    while (fgets(line, sizeof(line), f)) {
+    for (line = a->script; line < a->script + len; line = end + 1) {
         char *s = line + strspn(line, " \t");
-        if (!strncmp(s, "#SBATCH", 7) && nkeep < 64) {
-            /* values point into the line: keep it for the report's lifetime */
-            if (!(keep[nkeep] = strdup(s + 7)) || apply_sbatch_line(a, keep[nkeep++]) < 0) {
-                fclose(f);
+        if (!(end = memchr(line, '\n', len - (size_t)(line - a->script))))
+            end = a->script + len;
+        *end = '\0';
+        if (!strncmp(s, "#SBATCH", 7)) {
+            if (apply_sbatch_line(a, s + 7) < 0)
                 return -1;
-            }
-        } else if (*s != '#' && *s != '\n' && *s) {
+        } else if (*s != '#' && *s != '\r' && *s) {
             break;
         }
     }
-    fclose(f);
     return 0;
 }
 
 /* Inside an allocation: the step's (or job's) own layout. */
-static void from_slurm_env(report_args_t *a)
+static int from_slurm_env(report_args_t *a)
 {
     const char *v;
 
@@ -261,10 +301,9 @@ static void from_slurm_env(report_args_t *a)
         a->nodelist = v;
     if ((v = getenv("SLURM_STEP_TASKS_PER_NODE")) || (v = getenv("SLURM_TASKS_PER_NODE")))
         a->tasks_per_node = v;
-    if ((v = getenv("SLURM_JOB_ID")))
-        a->o.job_id = strtol(v, NULL, 10);
     if ((v = getenv("SLURM_DISTRIBUTION")))
         a->dist = v;
+    return (v = getenv("SLURM_JOB_ID")) ? number("SLURM_JOB_ID", v, UINT32_MAX, &a->o.job_id) : 0;
 }
 
 /* Turn the counts given into a node list and a tasks-per-node spec. */
@@ -304,15 +343,15 @@ static int resolve_layout(report_args_t *a)
     if (dt_dist_parse(a->dist, &a->o.dist, &err) < 0)
         return cli_fail("report", err.text, "pass --distribution block, cyclic or plane=N");
     if (a->gpus_per_node > 0 && !a->o.gpus) {
-        for (long i = 0; i < a->gpus_per_node && i < 1024; i++)
+        for (long i = 0; i < a->gpus_per_node; i++) /* at most DT_NODE_MAX_GPUS */
             a->gpu_list[i] = (int)i;
         a->o.gpus = a->gpu_list;
-        a->o.ngpus = (unsigned)(a->gpus_per_node < 1024 ? a->gpus_per_node : 1024);
+        a->o.ngpus = (unsigned)a->gpus_per_node;
     }
     return 0;
 }
 
-static int parse_report_args(report_args_t *a, int argc, char **argv, char **keep)
+static int parse_report_args(report_args_t *a, int argc, char **argv)
 {
     static const struct option opts[] = {
         {"nodelist", 1, 0, 'w'}, {"nodes", 1, 0, 'N'}, {"ntasks", 1, 0, 'n'},
@@ -323,12 +362,18 @@ static int parse_report_args(report_args_t *a, int argc, char **argv, char **kee
         {"inter-lat", 1, 0, 0}, {"job-id", 1, 0, 0}, {"step-id", 1, 0, 0},
         {"restart-count", 1, 0, 0}, {"port-range", 1, 0, 0}, {"resv-ports", 1, 0, 0},
         {"format", 1, 0, 0}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
-    int c, idx;
+    int c, idx, rc = 0;
 
-    /* the job script first, so the command line overrides it */
-    for (int i = 1; i + 1 < argc; i++)
-        if (!strcmp(argv[i], "--sbatch") && read_sbatch(a, argv[i + 1], keep) < 0)
-            return -1;
+    /* the job script first, so the command line overrides it; getopt
+     * finds it however spelt (--sbatch=F, --sba F), errors wait for pass 2 */
+    opterr = 0;
+    while (rc == 0 && (c = getopt_long(argc, argv, "w:N:n:m:h", opts, &idx)) != -1)
+        if (c == 0 && !strcmp(opts[idx].name, "sbatch"))
+            rc = read_sbatch(a, optarg);
+    opterr = 1;
+    optind = 0; /* glibc: start afresh */
+    if (rc < 0)
+        return -1;
     while ((c = getopt_long(argc, argv, "w:N:n:m:h", opts, &idx)) != -1) {
         char name[2] = {(char)c, 0};
         if (c == 'h') {
@@ -356,14 +401,14 @@ int cmd_report(int argc, char **argv)
     report_args_t a = {.o = {.bind = DT_BIND_GPU | DT_BIND_CPU, .dtype = "bf16", .dtype_bytes = 2,
                              .port_lo = DT_PORT_RANGE_DEFAULT_LO, .port_hi = DT_PORT_RANGE_DEFAULT_HI,
                              .job_id = -1, .step_id = -1, .restart_count = -1}};
-    char *keep[64] = {0};
     dt_report_t *report;
     dt_error_t err;
     dt_format_t fmt = DT_FORMAT_TEXT;
     int rc;
 
-    from_slurm_env(&a);
-    rc = parse_report_args(&a, argc, argv, keep);
+    rc = from_slurm_env(&a);
+    if (rc == 0)
+        rc = parse_report_args(&a, argc, argv);
     if (rc == 0)
         rc = resolve_layout(&a);
     if (rc == 0 && a.format) {
@@ -380,23 +425,24 @@ int cmd_report(int argc, char **argv)
         rc = dt_report_write(report, fmt, stdout) < 0 || fflush(stdout) ? -1 : 0;
         dt_report_free(report);
     }
-    for (int i = 0; i < 64; i++)
-        free(keep[i]);
+    free(a.script);
     return rc == 2 ? 0 : rc;
 }
 
 static void describe(const dt_node_t *node)
 {
-    char cpus[256];
+    char *cpus;
 
     printf("topology: %s (%s)\n", node->path[0] ? node->path : "this machine",
            node->source == DT_SOURCE_LIVE ? "live hwloc"
            : node->source == DT_SOURCE_HWLOC_XML ? "hwloc XML" : "NCCL XML");
     printf("packages: %u, cores: %u\n", node->npackages, node->ncores);
     for (unsigned i = 0; i < node->nnuma; i++) {
-        hwloc_bitmap_list_snprintf(cpus, sizeof(cpus), node->numa[i].cpuset);
+        if (hwloc_bitmap_list_asprintf(&cpus, node->numa[i].cpuset) < 0)
+            cpus = NULL;
         printf("NUMA %u: package %d, cpus %s\n", node->numa[i].os_index, node->numa[i].package,
-               cpus[0] ? cpus : "none (memory only)");
+               !cpus ? "(out of memory)" : cpus[0] ? cpus : "none (memory only)");
+        free(cpus);
     }
     printf("GPUs: %u (%u NVIDIA)\n", node->ngpus, dt_node_nvidia_gpus(node));
     for (unsigned i = 0; i < node->ngpus; i++) {

@@ -1,6 +1,8 @@
 /* ddp-topo: command-line front end of libddptopo. */
+#include "config.h"
 #include "cli.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -9,6 +11,7 @@
 
 #define USAGE_MAIN \
     "Usage: ddp-topo COMMAND [OPTIONS]\n" \
+    "       ddp-topo --help | --version\n" \
     "\n" \
     "Commands:\n" \
     "  hostnames LIST      expand a SLURM hostlist, one name per line\n" \
@@ -206,7 +209,8 @@ static int parse_u32_opt(const char *name, const char *s, uint32_t *v)
 
     errno = 0;
     x = strtoul(s, &end, 10);
-    if (!*s || *end || errno || x > UINT32_MAX || *s == '-') {
+    /* digits only: strtoul alone takes " 1", "+1" and wraps "-1" */
+    if (!isdigit((unsigned char)*s) || *end || errno || x > UINT32_MAX) {
         char why[160];
         snprintf(why, sizeof(why), "%s '%.60s' is not a non-negative integer", name, s);
         cli_fail("port", why, "pass a number such as 1234");
@@ -278,6 +282,10 @@ int main(int argc, char **argv)
                 {"layout", cmd_layout}, {"port", cmd_port},
                 {"report", cmd_report}, {"detect", cmd_detect}};
 
+    if (argc == 2 && !strcmp(argv[1], "--version")) {
+        puts("ddp-topo " PACKAGE_VERSION);
+        return 0;
+    }
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         fputs(USAGE_MAIN, argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;

@@ -24,7 +24,7 @@ extern "C" {
 #endif
 
 typedef struct {
-    char text[320];
+    char text[1024];
 } dt_error_t;
 
 /* SLURM refuses a bracket range of more than 64K hosts; so do we. */
@@ -91,6 +91,16 @@ int dt_resv_ports_first(const char *spec, uint16_t *port, dt_error_t *err);
 uint16_t dt_master_port(uint32_t job_id, uint32_t step_id, uint32_t restart_count,
                         uint16_t lo, uint16_t hi);
 
+/* ---- Input files ------------------------------------------------------------ */
+
+/* Largest input file accepted: topology XML, job scripts. */
+#define DT_INPUT_MAX (64u << 20)
+
+/* Read a whole regular file of at most `max` bytes into *data (malloc'd,
+ * NUL-terminated, *len bytes). Never blocks: a FIFO, a device or a
+ * directory is refused, as is a file over `max`. */
+int dt_read_file(const char *path, size_t max, char **data, size_t *len, dt_error_t *err);
+
 /* ---- Node model --------------------------------------------------------
  * One structure for the three sources: live hwloc discovery, an hwloc XML
  * export (v1 or v2) and an NCCL topology XML (NCCL_TOPO_FILE format).
@@ -133,8 +143,13 @@ typedef enum {
 
 typedef enum { DT_PORT_UNKNOWN, DT_PORT_UP, DT_PORT_DOWN } dt_port_state_t;
 
+/* Real nodes have at most tens of GPUs and NICs; a file with more than this
+ * is refused (planning costs grow with the square of the count). */
+#define DT_NODE_MAX_GPUS 1024
+#define DT_NODE_MAX_NICS 1024
+
 typedef struct {
-    char name[32];     /* mlx5_0, hfi1_0, rdmap197s0, eth0; "" when the source has none */
+    char name[64];     /* mlx5_0, hfi1_0, rdmap197s0, eth0; "" when the source has none */
     char netdev[32];   /* its IP interface (ib0, eth0) when known */
     char busid[24];
     dt_nic_kind_t kind;
@@ -172,7 +187,8 @@ typedef struct {
 } dt_node_t;
 
 /* Load a topology file, hwloc XML (v1/v2) or NCCL XML, told apart by its
- * root element. */
+ * root element. Read with dt_read_file; a document type declaration with
+ * an internal subset (entities) is refused, as is any in NCCL XML. */
 int dt_node_load_file(dt_node_t *node, const char *path, dt_error_t *err);
 /* Discover this machine with hwloc, I/O devices included; NVML, when its
  * library can be dlopen'ed, adds GPU names and NVLink. */

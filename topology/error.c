@@ -16,19 +16,33 @@ void topo_seterr(dt_error_t *err, const char *fmt, ...)
     va_end(ap);
 }
 
+/* Warnings name node lists of any length: measured, never cut. */
 void topo_strv_addf(char ***v, unsigned *n, const char *fmt, ...)
 {
-    char buf[512], **nv;
+    char **nv, *text;
     va_list ap;
+    int len;
 
     va_start(ap, fmt);
-    vsnprintf(buf, sizeof(buf), fmt, ap);
+    len = vsnprintf(NULL, 0, fmt, ap);
     va_end(ap);
-    if (!(nv = realloc(*v, (*n + 1) * sizeof(char *))))
+    if (len < 0 || !(text = malloc((size_t)len + 1)))
         return; /* out of memory: a warning is lost, nothing else */
+    va_start(ap, fmt);
+    vsnprintf(text, (size_t)len + 1, fmt, ap);
+    va_end(ap);
+    if (!(nv = realloc(*v, (*n + 1) * sizeof(char *)))) {
+        free(text);
+        return;
+    }
     *v = nv;
-    if ((nv[*n] = strdup(buf)))
-        (*n)++;
+    nv[(*n)++] = text;
+}
+
+void topo_copy_elided(char *dst, size_t size, const char *src)
+{
+    if ((size_t)snprintf(dst, size, "%s", src) >= size && size > 4)
+        memcpy(dst + size - 4, "...", 4);
 }
 
 void topo_strv_free(char **v, unsigned n)

@@ -9,6 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <libxml/parser.h>
+#include <libxml/tree.h>
+
 #define PCI_VENDOR_NVIDIA 0x10de
 #define PCI_VENDOR_AMAZON 0x1d0f
 
@@ -170,6 +173,8 @@ static int add_gpus(dt_node_t *node, hwloc_topology_t topo)
         dt_gpu_t *g;
         if (idx < 0 || !is_gpu_class(o->attr->pcidev.vendor_id, o->attr->pcidev.class_id, &nvidia))
             continue;
+        if (node->ngpus == DT_NODE_MAX_GPUS)
+            return -2;
         g = &node->gpus[node->ngpus++];
         g->pci = idx;
         g->nvidia = nvidia;
@@ -179,7 +184,7 @@ static int add_gpus(dt_node_t *node, hwloc_topology_t topo)
         if (!model)
             model = hwloc_obj_get_info_by_name(o, "PCIDevice");
         if (model)
-            snprintf(g->model, sizeof(g->model), "%s", model);
+            topo_copy_elided(g->model, sizeof(g->model), model);
         else
             snprintf(g->model, sizeof(g->model), "[%04x:%04x]", o->attr->pcidev.vendor_id,
                      o->attr->pcidev.device_id);
@@ -214,6 +219,8 @@ static dt_nic_t *nic_for_pci(dt_node_t *node, int pci, unsigned *cap)
     for (unsigned i = 0; i < node->nnics; i++)
         if (node->nics[i].pci == pci)
             return &node->nics[i];
+    if (node->nnics == DT_NODE_MAX_NICS)
+        return NULL;
     if (node->nnics == *cap) {
         dt_nic_t *nn = realloc(node->nics, (*cap = *cap ? *cap * 2 : 8) * sizeof(*nn));
         if (!nn)
@@ -228,7 +235,18 @@ static dt_nic_t *nic_for_pci(dt_node_t *node, int pci, unsigned *cap)
     return n;
 }
 
-static int add_nics(dt_node_t *node, hwloc_topology_t topo)
+/* NIC names go into NCCL_IB_HCA: one that does not fit is refused, not cut. */
+static int nic_name(const dt_node_t *node, char *dst, size_t size, const char *name,
+                    dt_error_t *err)
+{
+    if ((size_t)snprintf(dst, size, "%s", name) < size)
+        return 0;
+    topo_seterr(err, "topology %.300s: NIC name '%.40s...' is longer than %zu characters",
+                node->path[0] ? node->path : "(live)", name, size - 1);
+    return -1;
+}
+
+static int add_nics(dt_node_t *node, hwloc_topology_t topo, dt_error_t *err)
 {
     unsigned cap = 0;
     hwloc_obj_t o = NULL;
@@ -239,14 +257,19 @@ static int add_nics(dt_node_t *node, hwloc_topology_t topo)
         dt_nic_t *nic;
         if (pci < 0 || !o->name || (t != HWLOC_OBJ_OSDEV_OPENFABRICS && t != HWLOC_OBJ_OSDEV_NETWORK))
             continue;
-        if (!(nic = nic_for_pci(node, pci, &cap)))
+        if (!(nic = nic_for_pci(node, pci, &cap))) {
+            if (node->nnics == DT_NODE_MAX_NICS)
+                topo_seterr(err, "topology %.300s: more than %u NICs (is the file this "
+                            "node's?)", node->path[0] ? node->path : "(live)", DT_NODE_MAX_NICS);
             return -1;
+        }
         if (t == HWLOC_OBJ_OSDEV_NETWORK) {
-            snprintf(nic->netdev, sizeof(nic->netdev), "%s", o->name);
-            if (!nic->name[0])
-                snprintf(nic->name, sizeof(nic->name), "%s", o->name);
+            if (nic_name(node, nic->netdev, sizeof(nic->netdev), o->name, err) < 0 ||
+                (!nic->name[0] && nic_name(node, nic->name, sizeof(nic->name), o->name, err) < 0))
+                return -1;
         } else {
-            snprintf(nic->name, sizeof(nic->name), "%s", o->name);
+            if (nic_name(node, nic->name, sizeof(nic->name), o->name, err) < 0)
+                return -1;
             classify_nic(nic, o, &node->pci[pci]);
         }
     }
@@ -277,20 +300,26 @@ static int add_nvlink(dt_node_t *node, hwloc_topology_t topo)
     unsigned nr = 1, n = node->ngpus;
     struct hwloc_distances_s *d;
     double *sw;
+    int *end;
 
     if (n == 0 || hwloc_distances_get_by_name(topo, "NVLinkBandwidth", &nr, &d, 0) < 0 || nr == 0)
         return 0;
     node->nvlink = calloc((size_t)n * n, sizeof(double));
     sw = calloc(n, sizeof(double));
-    if (!node->nvlink || !sw) {
+    end = calloc(d->nbobjs + 1, sizeof(int));
+    if (!node->nvlink || !sw || !end) {
         free(sw);
+        free(end);
         hwloc_distances_release(topo, d);
         return -1;
     }
+    /* each object's endpoint once: the matrix walk stays quadratic, not cubic */
+    for (unsigned i = 0; i < d->nbobjs; i++)
+        end[i] = nvlink_endpoint(node, d->objs[i]);
     for (unsigned i = 0; i < d->nbobjs; i++) {
-        int a = nvlink_endpoint(node, d->objs[i]);
+        int a = end[i];
         for (unsigned j = 0; a >= 0 && j < d->nbobjs; j++) {
-            int b = nvlink_endpoint(node, d->objs[j]);
+            int b = end[j];
             double gbps = (double)d->values[i * d->nbobjs + j] / 1000.0;
             if (b >= 0 && a != b)
                 node->nvlink[a * n + (unsigned)b] += gbps;
@@ -298,6 +327,7 @@ static int add_nvlink(dt_node_t *node, hwloc_topology_t topo)
                 sw[a] += gbps;
         }
     }
+    free(end);
     topo_nvlink_switches(node, sw);
     free(sw);
     hwloc_distances_release(topo, d);
@@ -307,11 +337,20 @@ static int add_nvlink(dt_node_t *node, hwloc_topology_t topo)
 static int from_hwloc(dt_node_t *node, hwloc_topology_t topo, dt_error_t *err)
 {
     unsigned cap = 0;
+    int rc;
 
-    if (fill_cpu_side(node, topo) < 0 ||
-        walk_io(node, topo, hwloc_get_root_obj(topo), -1, &cap) < 0 || add_gpus(node, topo) < 0 ||
-        add_nics(node, topo) < 0 || add_nvlink(node, topo) < 0) {
-        topo_seterr(err, "topology: out of memory");
+    if (err)
+        err->text[0] = '\0';
+    rc = fill_cpu_side(node, topo) < 0 || walk_io(node, topo, hwloc_get_root_obj(topo), -1, &cap) < 0
+         ? -1 : add_gpus(node, topo);
+    if (rc == -2)
+        topo_seterr(err, "topology %.300s: more than %u GPUs (is the file this node's?)",
+                    node->path[0] ? node->path : "(live)", DT_NODE_MAX_GPUS);
+    if (rc == 0 && (add_nics(node, topo, err) < 0 || add_nvlink(node, topo) < 0))
+        rc = -1;
+    if (rc < 0) {
+        if (err && !err->text[0])
+            topo_seterr(err, "topology: out of memory");
         return -1;
     }
     if (node->ncores == 0) {
@@ -321,8 +360,57 @@ static int from_hwloc(dt_node_t *node, hwloc_topology_t topo, dt_error_t *err)
     return 0;
 }
 
-static int open_topology(hwloc_topology_t *topo, const char *xml, dt_error_t *err)
+/* An hwloc XML file's contents; NULL for live discovery. */
+typedef struct {
+    const char *path, *buf;
+    size_t len;
+} xml_src_t;
+
+/* hwloc 2.9 dereferences the complete set of an object that has a cpuset
+ * or nodeset without one (SIGSEGV inside hwloc_topology_load: its core, not
+ * its XML reader); every export has both, so refuse the file instead. */
+static int sets_complete(xmlNode *n, const char *path, dt_error_t *err)
 {
+    static const char *const pairs[][2] = {{"cpuset", "complete_cpuset"},
+                                           {"nodeset", "complete_nodeset"}};
+
+    for (; n; n = n->next) {
+        if (n->type != XML_ELEMENT_NODE)
+            continue;
+        for (int i = 0; i < 2 && !xmlStrcmp(n->name, BAD_CAST "object"); i++)
+            if (xmlHasProp(n, BAD_CAST pairs[i][0]) && !xmlHasProp(n, BAD_CAST pairs[i][1])) {
+                topo_seterr(err, "topology file '%.300s': line %ld: an object with a %s but "
+                            "no %s (a damaged hwloc export: write it again with "
+                            "'ddp-topo detect -o FILE')", path, xmlGetLineNo(n),
+                            pairs[i][0], pairs[i][1]);
+                return -1;
+            }
+        if (sets_complete(n->children, path, err) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int check_sets(const xml_src_t *xml, dt_error_t *err)
+{
+    xmlDoc *doc = xmlReadMemory(xml->buf, (int)xml->len, NULL, NULL,
+                                XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
+    int rc;
+
+    if (!doc) {
+        topo_seterr(err, "topology file '%.300s': not a valid hwloc XML export "
+                    "(malformed or truncated?)", xml->path);
+        return -1;
+    }
+    rc = sets_complete(xmlDocGetRootElement(doc), xml->path, err);
+    xmlFreeDoc(doc);
+    return rc;
+}
+
+static int open_topology(hwloc_topology_t *topo, const xml_src_t *xml, dt_error_t *err)
+{
+    if (xml && check_sets(xml, err) < 0)
+        return -1;
     if (hwloc_topology_init(topo) < 0) {
         topo_seterr(err, "hwloc: cannot initialise a topology: %s", strerror(errno));
         return -1;
@@ -331,16 +419,14 @@ static int open_topology(hwloc_topology_t *topo, const char *xml, dt_error_t *er
      * and from a file every one of them (live: the important ones). */
     hwloc_topology_set_io_types_filter(*topo, xml ? HWLOC_TYPE_FILTER_KEEP_ALL
                                                   : HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
-    if (xml && hwloc_topology_set_xml(*topo, xml) < 0) {
-        topo_seterr(err, "topology file '%.300s': not a valid hwloc XML export (malformed or "
-                    "truncated?)", xml);
-        hwloc_topology_destroy(*topo);
-        return -1;
-    }
-    if (hwloc_topology_load(*topo) < 0) {
+    /* from memory, as dt_node_load_file read it: hwloc never opens the
+     * path itself (it could be swapped for a FIFO after our checks); the
+     * size counts the final NUL, as hwloc's own export does */
+    if ((xml && hwloc_topology_set_xmlbuffer(*topo, xml->buf, (int)xml->len + 1) < 0) ||
+        hwloc_topology_load(*topo) < 0) {
         if (xml)
             topo_seterr(err, "topology file '%.300s': not a valid hwloc XML export "
-                        "(malformed or truncated?)", xml);
+                        "(malformed or truncated?)", xml->path);
         else
             topo_seterr(err, "hwloc: discovery of this machine failed: %s", strerror(errno));
         hwloc_topology_destroy(*topo);
@@ -350,7 +436,7 @@ static int open_topology(hwloc_topology_t *topo, const char *xml, dt_error_t *er
 }
 
 /* From an XML file, or live (xml NULL: NVML then adds what hwloc lacks). */
-static int load(dt_node_t *node, const char *xml, dt_error_t *err)
+static int load(dt_node_t *node, const xml_src_t *xml, dt_error_t *err)
 {
     hwloc_topology_t topo;
     int rc;
@@ -359,7 +445,7 @@ static int load(dt_node_t *node, const char *xml, dt_error_t *err)
     if (open_topology(&topo, xml, err) < 0)
         return -1;
     node->source = xml ? DT_SOURCE_HWLOC_XML : DT_SOURCE_LIVE;
-    snprintf(node->path, sizeof(node->path), "%s", xml ? xml : "");
+    snprintf(node->path, sizeof(node->path), "%s", xml ? xml->path : "");
     rc = from_hwloc(node, topo, err);
     if (rc == 0 && !xml)
         topo_nvml_augment(node);
@@ -369,9 +455,12 @@ static int load(dt_node_t *node, const char *xml, dt_error_t *err)
     return rc;
 }
 
-int topo_load_hwloc_xml(dt_node_t *node, const char *path, dt_error_t *err)
+int topo_load_hwloc_xml(dt_node_t *node, const char *path, const char *buf, size_t len,
+                        dt_error_t *err)
 {
-    return load(node, path, err);
+    xml_src_t xml = {.path = path, .buf = buf, .len = len};
+
+    return load(node, &xml, err);
 }
 
 int dt_node_load_live(dt_node_t *node, dt_error_t *err)

@@ -11,6 +11,9 @@ void topo_seterr(dt_error_t *err, const char *fmt, ...)
 void topo_strv_addf(char ***v, unsigned *n, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void topo_strv_free(char **v, unsigned n);
+/* Copy a display string (a GPU model) into a fixed field, ending it with
+ * "..." when it does not fit, so a cut is never silent. */
+void topo_copy_elided(char *dst, size_t size, const char *src);
 
 /* node.c: shared by the loaders */
 int topo_numa_of(const dt_node_t *node, hwloc_const_bitmap_t locality);
@@ -23,8 +26,12 @@ void topo_nvlink_switches(dt_node_t *node, const double *sw);
 int topo_nvml_augment(dt_node_t *node);
 
 /* the loaders */
-int topo_load_hwloc_xml(dt_node_t *node, const char *path, dt_error_t *err);
-int topo_load_nccl_xml(dt_node_t *node, const char *path, dt_error_t *err);
+/* the loaders, on a file's contents (NUL-terminated, len bytes), its
+ * prolog already checked by dt_node_load_file */
+int topo_load_hwloc_xml(dt_node_t *node, const char *path, const char *buf, size_t len,
+                        dt_error_t *err);
+int topo_load_nccl_xml(dt_node_t *node, const char *path, const char *buf, size_t len,
+                       dt_error_t *err);
 
 /* report.c and report-write.c: the report, built then written */
 typedef struct {

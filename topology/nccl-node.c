@@ -8,6 +8,8 @@
 #include "internal.h"
 
 #include <ctype.h>
+#include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,7 +20,7 @@
 
 typedef struct {
     dt_node_t *node;
-    unsigned pci_cap, nic_cap;
+    unsigned pci_cap, nic_cap, gpu_cap;
     int all_indexed;
     double *switch_bw; /* per GPU position, after numbering */
     dt_error_t *err;
@@ -35,18 +37,34 @@ static char *attr(xmlNodePtr n, const char *name)
     return (char *)xmlGetProp(n, (const xmlChar *)name);
 }
 
-static long attr_long(xmlNodePtr n, const char *name, int base, long dflt)
+/* A number attribute ("16" of "16 GT/s"); absent, not a number, or
+ * outside lo..hi (a hostile 99999999999 would wrap an int) gives dflt. */
+static long attr_range(xmlNodePtr n, const char *name, int base, long dflt, long lo, long hi)
 {
     char *s = attr(n, name), *end;
     long v = dflt;
 
     if (s) {
-        long x = strtol(s, &end, base);
-        if (end != s)
+        long x;
+        errno = 0;
+        x = strtol(s, &end, base);
+        if (end != s && !errno && x >= lo && x <= hi)
             v = x;
         xmlFree(s);
     }
     return v;
+}
+
+static long attr_long(xmlNodePtr n, const char *name, int base, long dflt)
+{
+    return attr_range(n, name, base, dflt, INT_MIN, INT_MAX);
+}
+
+/* Linux numbers NUMA nodes below 1024 (the plugin's memory binding
+ * limit); a negative or larger numaid counts as absent. */
+static long numa_id(xmlNodePtr cpu, long dflt)
+{
+    return attr_range(cpu, "numaid", 10, dflt, 0, 1023);
 }
 
 static int is(xmlNodePtr n, const char *name)
@@ -97,7 +115,7 @@ static int add_cpu(loader_t *l, xmlNodePtr cpu)
     if (!set || !aff || parse_affinity(aff, set) < 0) {
         topo_seterr(l->err, "topology file '%.300s': <cpu numaid=\"%ld\"> has %s affinity "
                     "(expected hex words like 0000ffff,ffff0000)", node->path,
-                    attr_long(cpu, "numaid", 10, -1), aff ? "a malformed" : "no");
+                    numa_id(cpu, -1), aff ? "a malformed" : "no");
         xmlFree(aff);
         hwloc_bitmap_free(set);
         return -1;
@@ -110,7 +128,7 @@ static int add_cpu(loader_t *l, xmlNodePtr cpu)
         return -1;
     }
     numa = &node->numa[node->nnuma++];
-    numa->os_index = (unsigned)attr_long(cpu, "numaid", 10, (long)node->nnuma - 1);
+    numa->os_index = (unsigned)numa_id(cpu, (long)node->nnuma - 1);
     numa->cpuset = set;
     numa->package = (int)node->npackages++;
     return 0;
@@ -121,6 +139,11 @@ static dt_nic_t *new_nic(loader_t *l, int pci)
     dt_node_t *node = l->node;
     dt_nic_t *n;
 
+    if (node->nnics == DT_NODE_MAX_NICS) {
+        topo_seterr(l->err, "topology file '%.300s': more than %u NICs (is the file this "
+                    "node's?)", node->path, DT_NODE_MAX_NICS);
+        return NULL;
+    }
     if (grow((void **)&node->nics, &l->nic_cap, node->nnics, sizeof(dt_nic_t)) < 0)
         return NULL;
     n = memset(&node->nics[node->nnics++], 0, sizeof(*n));
@@ -153,11 +176,17 @@ static int add_nets(loader_t *l, xmlNodePtr nic, int pci, dt_nic_t *first)
         if (!n)
             return -1;
         if ((name = attr(c, "name"))) {
-            snprintf(n->name, sizeof(n->name), "%s", name);
+            /* it goes into NCCL_IB_HCA: refused rather than cut */
+            int fits = (size_t)snprintf(n->name, sizeof(n->name), "%s", name) < sizeof(n->name);
             xmlFree(name);
+            if (!fits) {
+                topo_seterr(l->err, "topology file '%.300s': <net name> '%.40s...' is longer "
+                            "than %zu characters", l->node->path, n->name, sizeof(n->name) - 1);
+                return -1;
+            }
         }
-        n->port = (int)attr_long(c, "port", 10, 1);
-        n->gbps = (double)attr_long(c, "speed", 10, 0) / 1000.0;
+        n->port = (int)attr_range(c, "port", 10, 1, 0, 255);
+        n->gbps = (double)attr_range(c, "speed", 10, 0, 0, LONG_MAX) / 1000.0;
         if (!strncmp(n->name, "rdmap", 5) || !strncmp(n->name, "efa", 3))
             n->kind = DT_NIC_EFA;
     }
@@ -170,8 +199,12 @@ static int add_gpu(loader_t *l, xmlNodePtr pcinode, int pci)
     dt_gpu_t *g;
     long sm = -1, dev = -1;
 
-    node->gpus = realloc(node->gpus, (node->ngpus + 1) * sizeof(dt_gpu_t));
-    if (!node->gpus)
+    if (node->ngpus == DT_NODE_MAX_GPUS) {
+        topo_seterr(l->err, "topology file '%.300s': more than %u GPUs (is the file this "
+                    "node's?)", node->path, DT_NODE_MAX_GPUS);
+        return -1;
+    }
+    if (grow((void **)&node->gpus, &l->gpu_cap, node->ngpus, sizeof(dt_gpu_t)) < 0)
         return -1;
     g = memset(&node->gpus[node->ngpus++], 0, sizeof(*g));
     g->pci = pci;
@@ -179,8 +212,8 @@ static int add_gpu(loader_t *l, xmlNodePtr pcinode, int pci)
     memcpy(g->busid, node->pci[pci].busid, sizeof(g->busid));
     for (xmlNodePtr c = pcinode->children; c; c = c->next)
         if (is(c, "gpu")) {
-            sm = attr_long(c, "sm", 10, -1);
-            dev = attr_long(c, "dev", 10, -1);
+            sm = attr_range(c, "sm", 10, -1, 0, 10000);
+            dev = attr_range(c, "dev", 10, -1, 0, INT_MAX);
         }
     g->index = (int)dev;
     if (dev < 0)
@@ -211,7 +244,13 @@ static int add_pci(loader_t *l, xmlNodePtr n, int parent, const dt_numa_t *numa)
         return -1;
     }
     p = memset(&node->pci[node->npci++], 0, sizeof(*p));
-    for (size_t i = 0; busid[i] && i + 1 < sizeof(p->busid); i++)
+    if (strlen(busid) >= sizeof(p->busid)) {
+        topo_seterr(l->err, "topology file '%.300s': <pci busid> '%.40s...' is longer than %zu "
+                    "characters", node->path, busid, sizeof(p->busid) - 1);
+        xmlFree(busid);
+        return -1;
+    }
+    for (size_t i = 0; busid[i]; i++)
         p->busid[i] = (char)tolower((unsigned char)busid[i]);
     xmlFree(busid);
     p->parent = parent;
@@ -254,7 +293,7 @@ static void gpu_links(loader_t *l, xmlNodePtr gpu, int a, double *sw)
     for (xmlNodePtr c = gpu->children; c; c = c->next) {
         char *target;
         int b;
-        double gbps = per_link * (double)attr_long(c, "count", 10, 1);
+        double gbps = per_link * (double)attr_range(c, "count", 10, 1, 0, 1000);
         if (!is(c, "nvlink"))
             continue;
         if (attr_long(c, "tclass", 16, 0) == NVSWITCH_CLASS) {
@@ -347,7 +386,7 @@ static int load_system(loader_t *l, xmlNodePtr root)
         if (!is(c, "cpu"))
             continue;
         for (unsigned i = 0; i < node->nnuma; i++)
-            numa = node->numa[i].os_index == (unsigned)attr_long(c, "numaid", 10, -1) ? i : numa;
+            numa = node->numa[i].os_index == (unsigned)numa_id(c, -1) ? i : numa;
         for (xmlNodePtr k = c->children; k; k = k->next) {
             if (is(k, "pci") && add_pci(l, k, -1, &node->numa[numa]) < 0)
                 return -1;
@@ -359,7 +398,8 @@ static int load_system(loader_t *l, xmlNodePtr root)
     return add_cores(node) < 0 || add_nvlink(l, root) < 0 ? -1 : 0;
 }
 
-int topo_load_nccl_xml(dt_node_t *node, const char *path, dt_error_t *err)
+int topo_load_nccl_xml(dt_node_t *node, const char *path, const char *buf, size_t len,
+                       dt_error_t *err)
 {
     loader_t l = {.node = node, .all_indexed = 1, .err = err};
     xmlDocPtr doc;
@@ -369,11 +409,16 @@ int topo_load_nccl_xml(dt_node_t *node, const char *path, dt_error_t *err)
     memset(node, 0, sizeof(*node));
     node->source = DT_SOURCE_NCCL_XML;
     snprintf(node->path, sizeof(node->path), "%s", path);
-    doc = xmlReadFile(path, NULL, XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
+    /* no network, no entity substitution, no DTD loading: dt_node_load_file
+     * refused any DOCTYPE, so an entity reference is an error here */
+    doc = xmlReadMemory(buf, (int)len, NULL, NULL,
+                        XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
     if (!doc) {
         const xmlError *e = xmlGetLastError();
-        topo_seterr(err, "topology file '%.300s': not well-formed XML (line %d: %.120s)", path,
-                    e ? e->line : 0, e && e->message ? e->message : "parse error");
+        const char *msg = e && e->message ? e->message : "parse error";
+        int n = (int)strcspn(msg, "\n"); /* libxml2 ends its messages with one */
+        topo_seterr(err, "topology file '%.300s': not well-formed XML (line %d: %.*s)", path,
+                    e ? e->line : 0, n > 120 ? 120 : n, msg);
         return -1;
     }
     root = xmlDocGetRootElement(doc);

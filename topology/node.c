@@ -3,7 +3,7 @@
 #include "ddptopo.h"
 #include "internal.h"
 
-#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,41 +28,131 @@ void dt_node_free(dt_node_t *node)
     memset(node, 0, sizeof(*node));
 }
 
-/* Sniff the root element: hwloc writes <topology>, NCCL <system>. */
-static const char *root_element(FILE *f, char *buf, size_t len)
-{
-    size_t n = fread(buf, 1, len - 1, f);
-    char *p = buf;
+/* What precedes the root element: the XML declaration, comments,
+ * processing instructions and at most one document type declaration. */
+typedef struct {
+    const char *root;   /* the root element's name */
+    char *doctype;      /* "<!DOCTYPE ...>", NULL when none */
+    size_t doctype_len;
+    int subset;         /* the DOCTYPE has an internal subset: "[...]" */
+} prolog_t;
 
-    buf[n] = '\0';
-    while ((p = strchr(p, '<'))) {
-        p++;
-        if (*p == '?' || *p == '!') /* declaration, comment or doctype */
-            continue;
-        return p;
+/* End of "<!DOCTYPE name SYSTEM 'uri'>", quotes respected; stops at an
+ * internal subset's '['. */
+static char *doctype_end(char *s, int *subset)
+{
+    char quote = 0;
+
+    for (s += 9; *s; s++) {
+        if (quote)
+            quote = *s == quote ? 0 : quote;
+        else if (*s == '"' || *s == '\'')
+            quote = *s;
+        else if (*s == '[')
+            return *subset = 1, s;
+        else if (*s == '>')
+            return s + 1;
     }
     return NULL;
 }
 
-int dt_node_load_file(dt_node_t *node, const char *path, dt_error_t *err)
+static int scan_prolog(char *s, prolog_t *p)
 {
-    char buf[8192];
-    const char *root;
-    FILE *f = fopen(path, "r");
+    memset(p, 0, sizeof(*p));
+    if (!strncmp(s, "\xef\xbb\xbf", 3)) /* UTF-8 byte order mark */
+        s += 3;
+    for (;;) {
+        s += strspn(s, " \t\r\n");
+        if (!strncmp(s, "<?", 2))
+            s = (s = strstr(s, "?>")) ? s + 2 : NULL;
+        else if (!strncmp(s, "<!--", 4))
+            s = (s = strstr(s + 4, "-->")) ? s + 3 : NULL;
+        else if (!strncmp(s, "<!DOCTYPE", 9) && !p->doctype) {
+            p->doctype = s;
+            s = doctype_end(s, &p->subset);
+            if (p->subset)
+                return 0;
+            p->doctype_len = s ? (size_t)(s - p->doctype) : 0;
+        } else if (*s == '<' && s[1] != '!') {
+            p->root = s + 1;
+            return 0;
+        } else
+            return -1;
+        if (!s)
+            return -1;
+    }
+}
 
-    if (!f) {
-        topo_seterr(err, "topology file '%.300s': %s", path, strerror(errno));
+static int is_root(const char *root, const char *name)
+{
+    size_t n = strlen(name);
+
+    return !strncmp(root, name, n) && strchr(" \t\r\n/>", root[n]) && root[n];
+}
+
+/* Entities and DTDs belong in neither format. hwloc 2.9's libxml reader
+ * dereferences a DOCTYPE's missing system id (SIGSEGV, in slurmstepd too)
+ * and libxml expands entities in attributes in quadratic time, so an
+ * internal subset is refused outright, a DOCTYPE in NCCL XML (NCCL writes
+ * none) as well, and hwloc's own external one ("hwloc2.dtd") is blanked,
+ * so that no reader ever sees a DTD. Blanking keeps line numbers. */
+static int check_doctype(const char *path, prolog_t *p, int nccl, dt_error_t *err)
+{
+    if (!p->doctype)
+        return 0;
+    if (p->subset || nccl) {
+        topo_seterr(err, "topology file '%.300s': %s (write the file without a <!DOCTYPE ...> "
+                    "line, e.g. export it again with 'ddp-topo detect -o FILE')", path,
+                    p->subset ? "a document type declaration with an internal subset "
+                    "('<!DOCTYPE ... [') is refused: topology files need no DTD or entities"
+                    : "NCCL XML with a document type declaration is refused: NCCL writes none");
         return -1;
     }
-    root = root_element(f, buf, sizeof(buf));
-    fclose(f);
-    if (root && !strncmp(root, "topology", 8))
-        return topo_load_hwloc_xml(node, path, err);
-    if (root && !strncmp(root, "system", 6))
-        return topo_load_nccl_xml(node, path, err);
-    topo_seterr(err, "topology file '%.300s': neither hwloc XML (<topology>) nor NCCL XML "
-                "(<system>) in its first %zu bytes", path, sizeof(buf) - 1);
-    return -1;
+    for (size_t i = 0; i < p->doctype_len; i++)
+        if (p->doctype[i] != '\n')
+            p->doctype[i] = ' ';
+    return 0;
+}
+
+static int load_buffer(dt_node_t *node, const char *path, char *buf, size_t len, dt_error_t *err)
+{
+    prolog_t p;
+    int nccl;
+
+    if (scan_prolog(buf, &p) == 0 && p.subset)
+        return check_doctype(path, &p, 0, err);
+    if (!p.root || (!is_root(p.root, "topology") && !is_root(p.root, "system"))) {
+        topo_seterr(err, "topology file '%.300s': neither hwloc XML (<topology>) nor NCCL XML "
+                    "(<system>) (pass an hwloc or NCCL topology XML file)", path);
+        return -1;
+    }
+    nccl = is_root(p.root, "system");
+    if (check_doctype(path, &p, nccl, err) < 0)
+        return -1;
+    return nccl ? topo_load_nccl_xml(node, path, buf, len, err)
+                : topo_load_hwloc_xml(node, path, buf, len, err);
+}
+
+int dt_node_load_file(dt_node_t *node, const char *path, dt_error_t *err)
+{
+    char *buf, why[sizeof(err->text)];
+    size_t len;
+    int rc;
+
+    memset(node, 0, sizeof(*node));
+    if (strlen(path) >= sizeof(node->path)) {
+        topo_seterr(err, "topology file '%.100s...': path longer than %zu characters (use a "
+                    "shorter one)", path, sizeof(node->path) - 1);
+        return -1;
+    }
+    if (dt_read_file(path, DT_INPUT_MAX, &buf, &len, err) < 0) {
+        snprintf(why, sizeof(why), "%s", err ? err->text : "");
+        topo_seterr(err, "topology file %s", why);
+        return -1;
+    }
+    rc = load_buffer(node, path, buf, len, err);
+    free(buf);
+    return rc;
 }
 
 unsigned dt_node_nvidia_gpus(const dt_node_t *node)
@@ -74,14 +164,40 @@ unsigned dt_node_nvidia_gpus(const dt_node_t *node)
     return n;
 }
 
+static unsigned pci_depth(const dt_node_t *node, int x)
+{
+    unsigned d = 0;
+
+    for (; x >= 0; x = node->pci[x].parent)
+        d++;
+    return d;
+}
+
+/* The nearest common PCI ancestor, by depth: linear in the tree's depth. */
+static int pci_common(const dt_node_t *node, int a, int b)
+{
+    unsigned da = pci_depth(node, a), db = pci_depth(node, b);
+
+    for (; da > db; da--)
+        a = node->pci[a].parent;
+    for (; db > da; db--)
+        b = node->pci[b].parent;
+    while (a != b) {
+        a = node->pci[a].parent;
+        b = node->pci[b].parent;
+    }
+    return a;
+}
+
 dt_path_t dt_node_pci_path(const dt_node_t *node, int a, int b)
 {
+    int common;
+
     if (a < 0 || b < 0)
         return DT_PATH_SYSTEM;
-    for (int x = a; x >= 0; x = node->pci[x].parent)
-        for (int y = b; y >= 0; y = node->pci[y].parent)
-            if (x == y)
-                return node->pci[x].bridge == 2 ? DT_PATH_HOSTBRIDGE : DT_PATH_SWITCH;
+    common = pci_common(node, a, b);
+    if (common >= 0)
+        return node->pci[common].bridge == 2 ? DT_PATH_HOSTBRIDGE : DT_PATH_SWITCH;
     if (node->pci[a].numa >= 0 && node->pci[a].numa == node->pci[b].numa)
         return DT_PATH_NUMA;
     if (node->pci[a].package >= 0 && node->pci[a].package == node->pci[b].package)
@@ -145,30 +261,39 @@ static int gpu_cmp(const void *a, const void *b)
     return strcmp(x->busid, y->busid);
 }
 
+/* NVIDIA GPUs by bus id; equal ids (a bad file) keep the file's order. */
+static int busid_cmp(const void *a, const void *b)
+{
+    const dt_gpu_t *x = *(const dt_gpu_t *const *)a, *y = *(const dt_gpu_t *const *)b;
+    int c = strcmp(x->busid, y->busid);
+
+    return c ? c : (x > y) - (x < y);
+}
+
 /* GPUs as NVML and SLURM's gres number them: the loader's index when every
- * NVIDIA GPU has one (cuda/nvml names, NCCL's dev), else PCI bus order. */
+ * NVIDIA GPU has one (cuda/nvml names, NCCL's dev), else PCI bus order.
+ * Sorting keeps this n log n for the largest file accepted. */
 void topo_number_gpus(dt_node_t *node, int have_index)
 {
+    dt_gpu_t **order = calloc(node->ngpus + 1, sizeof(*order));
+    unsigned n = 0;
     int next = 0;
 
-    if (!have_index) {
-        for (unsigned i = 0; i < node->ngpus; i++)
-            node->gpus[i].index = -1;
-        for (;;) {
-            int best = -1;
-            for (unsigned i = 0; i < node->ngpus; i++)
-                if (node->gpus[i].nvidia && node->gpus[i].index < 0 &&
-                    (best < 0 || strcmp(node->gpus[i].busid, node->gpus[best].busid) < 0))
-                    best = (int)i;
-            if (best < 0)
-                break;
-            node->gpus[best].index = next++;
-        }
+    for (unsigned i = 0; order && !have_index && i < node->ngpus; i++) {
+        node->gpus[i].index = -1;
+        if (node->gpus[i].nvidia)
+            order[n++] = &node->gpus[i];
     }
+    if (order)
+        qsort(order, n, sizeof(*order), busid_cmp);
+    for (unsigned i = 0; i < n; i++)
+        order[i]->index = next++;
+    free(order);
     for (unsigned i = 0; i < node->ngpus; i++)
         if (!node->gpus[i].nvidia)
             node->gpus[i].index = next++;
-    qsort(node->gpus, node->ngpus, sizeof(dt_gpu_t), gpu_cmp);
+    if (node->ngpus > 1) /* gpus is NULL without GPUs: qsort's pointer must be valid */
+        qsort(node->gpus, node->ngpus, sizeof(dt_gpu_t), gpu_cmp);
 }
 
 /* GPUs that reach NVSwitches talk to each other through them at the lower

@@ -96,47 +96,46 @@ static int candidate_gpus(const dt_node_t *node, const dt_plan_request_t *req, i
     return 0;
 }
 
-/* How strongly GPU cand[i] is tied to the kept ones (to its best partner
- * while none is kept yet). */
-static double tie_score(const dt_node_t *node, const int *cand, unsigned n, const char *kept,
-                        unsigned nk, unsigned i)
+/* GPU cand[i]'s closest partner among the candidates. */
+static double best_partner(const dt_node_t *node, const int *cand, unsigned n, unsigned i)
 {
     double s = 0;
 
     for (unsigned j = 0; j < n; j++) {
         double c = j == i ? 0 : closeness(node, cand[i], cand[j]);
-        if (nk == 0 && c > s)
-            s = c;
-        else if (nk > 0 && kept[j])
-            s += c;
+        s = c > s ? c : s;
     }
     return s;
 }
 
 /* Keep the k best-connected of the n candidates: the GPU with the closest
- * partner first, then each time the GPU most tied to those kept. */
+ * partner first, then each time the GPU most tied to those kept. Each
+ * GPU's tie to the kept set grows as GPUs join, so the whole choice costs
+ * n x n closeness questions, not k x n x n. */
 static void best_subset(const dt_node_t *node, int *cand, unsigned n, unsigned k)
 {
     char *kept = calloc(n, 1);
+    double *tie = calloc(n, sizeof(double));
 
-    if (!kept)
-        return;
-    for (unsigned nk = 0; nk < k; nk++) {
+    for (unsigned i = 0; kept && tie && i < n; i++)
+        tie[i] = best_partner(node, cand, n, i);
+    for (unsigned nk = 0; kept && tie && nk < k; nk++) {
         unsigned best = n;
         double best_score = -1;
-        for (unsigned i = 0; i < n; i++) {
-            double s = kept[i] ? -1 : tie_score(node, cand, n, kept, nk, i);
-            if (s > best_score) {
-                best_score = s;
+        for (unsigned i = 0; i < n; i++)
+            if (!kept[i] && tie[i] > best_score) {
+                best_score = tie[i];
                 best = i;
             }
-        }
         kept[best] = 1;
+        for (unsigned i = 0; i < n; i++) /* from now on: the sum of ties to those kept */
+            tie[i] = (nk == 0 ? 0 : tie[i]) + (kept[i] ? 0 : closeness(node, cand[i], cand[best]));
     }
-    for (unsigned i = 0, o = 0; i < n; i++)
+    for (unsigned i = 0, o = 0; kept && tie && i < n; i++)
         if (kept[i])
             cand[o++] = cand[i];
     free(kept);
+    free(tie);
 }
 
 /* Order GPUs as a chain of nearest neighbours from the lowest index, so
@@ -218,6 +217,20 @@ static hwloc_const_bitmap_t gpu_locality(const dt_node_t *node, int gpu)
     return p->package >= 0 ? node->packages[p->package] : NULL;
 }
 
+/* gpu_locality as a number: a NUMA node, nnuma + a package, or
+ * nnuma + npackages for none. */
+static unsigned locality_key(const dt_node_t *node, int gpu)
+{
+    const dt_pci_t *p;
+
+    if (gpu < 0 || node->gpus[gpu].pci < 0)
+        return node->nnuma + node->npackages;
+    p = &node->pci[node->gpus[gpu].pci];
+    if (p->numa >= 0 && !hwloc_bitmap_iszero(node->numa[p->numa].cpuset))
+        return (unsigned)p->numa;
+    return p->package >= 0 ? node->nnuma + (unsigned)p->package : node->nnuma + node->npackages;
+}
+
 /* Allocated cores (as allocated PUs of each core) still free, inside `near`. */
 static unsigned pick_cores(const dt_node_t *node, hwloc_const_bitmap_t allowed,
                            const char *taken, hwloc_const_bitmap_t near, int *out)
@@ -272,20 +285,23 @@ static int plan_cpus(const dt_node_t *node, const dt_plan_request_t *req, dt_nod
     hwloc_bitmap_t allowed = req->cpus ? hwloc_bitmap_dup(req->cpus) : hwloc_bitmap_alloc();
     char *taken = calloc(node->ncores, 1);
     int *cores = calloc(node->ncores, sizeof(int)), *group = calloc(plan->nranks + 1, sizeof(int));
+    unsigned nkeys = node->nnuma + node->npackages;
+    int *first = calloc(nkeys + 1, sizeof(int));
     int rc = -1, oversubscribed = 0;
 
-    if (!allowed || !taken || !cores || !group)
+    if (!allowed || !taken || !cores || !group || !first)
         goto out;
     if (!req->cpus)
         for (unsigned c = 0; c < node->ncores; c++)
             hwloc_bitmap_or(allowed, allowed, node->cores[c]);
+    /* a group is named by its first rank; one pass over the ranks */
+    for (unsigned i = 0; i <= nkeys; i++)
+        first[i] = -1;
     for (unsigned r = 0; r < plan->nranks; r++) {
-        group[r] = (int)r;
-        for (unsigned q = 0; q < r; q++)
-            if (gpu_locality(node, plan->ranks[q].gpu) == gpu_locality(node, plan->ranks[r].gpu)) {
-                group[r] = group[q];
-                break;
-            }
+        unsigned key = locality_key(node, plan->ranks[r].gpu);
+        if (first[key] < 0)
+            first[key] = (int)r;
+        group[r] = first[key];
     }
     for (unsigned r = 0; r < plan->nranks; r++) {
         hwloc_const_bitmap_t near = gpu_locality(node, plan->ranks[r].gpu);
@@ -308,9 +324,11 @@ static int plan_cpus(const dt_node_t *node, const dt_plan_request_t *req, dt_nod
             taken[cores[i]] = 1;
         split_cores(node, allowed, plan, group, (int)r, cores, n);
     }
-    for (unsigned r = 0; r < plan->nranks; r++)
-        for (unsigned q = 0; q < r; q++)
-            oversubscribed |= hwloc_bitmap_intersects(plan->ranks[q].cpus, plan->ranks[r].cpus);
+    hwloc_bitmap_zero(allowed); /* now: the PUs given so far */
+    for (unsigned r = 0; r < plan->nranks; r++) {
+        oversubscribed |= hwloc_bitmap_intersects(allowed, plan->ranks[r].cpus);
+        hwloc_bitmap_or(allowed, allowed, plan->ranks[r].cpus);
+    }
     if (oversubscribed)
         warn(plan, "cores oversubscribed: fewer allocated cores than ranks");
     rc = 0;
@@ -319,6 +337,7 @@ out:
     free(taken);
     free(cores);
     free(group);
+    free(first);
     return rc;
 }
 

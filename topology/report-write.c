@@ -49,6 +49,15 @@ static const char *nic_label(const dt_nic_t *n)
     return n->name[0] ? n->name : n->busid;
 }
 
+/* A PU set of any size as "0-3,8" (malloc'd; NULL on ENOMEM): fixed
+ * buffers would cut long lists silently. */
+static char *cpu_list(hwloc_const_bitmap_t set)
+{
+    char *s;
+
+    return hwloc_bitmap_list_asprintf(&s, set) < 0 ? NULL : s;
+}
+
 /* ---- text ---------------------------------------------------------------------- */
 
 static void text_kind(FILE *f, const kind_t *k)
@@ -68,14 +77,14 @@ static void text_kind(FILE *f, const kind_t *k)
     for (unsigned r = 0; r < k->plan.nranks; r++) {
         const dt_rank_plan_t *rp = &k->plan.ranks[r];
         const dt_gpu_t *g = rp->gpu >= 0 ? &node->gpus[rp->gpu] : NULL;
-        char cpus[64], gpu[8], numa[8];
-        hwloc_bitmap_list_snprintf(cpus, sizeof(cpus), rp->cpus);
+        char *cpus = cpu_list(rp->cpus), gpu[16], numa[16];
         snprintf(gpu, sizeof(gpu), "%d", g ? g->index : -1);
         snprintf(numa, sizeof(numa), "%u", rp->numa >= 0 ? node->numa[rp->numa].os_index : 0);
         fprintf(f, "  %-5u %-4s %-13s %-28.28s %-20s %-4s %-12s %s\n", r, g ? gpu : "-",
-                g ? g->busid : "-", g ? g->model : "-", cpus, rp->numa >= 0 ? numa : "-",
-                rp->nic >= 0 ? nic_label(&node->nics[rp->nic]) : "-",
+                g ? g->busid : "-", g ? g->model : "-", cpus ? cpus : "(out of memory)",
+                rp->numa >= 0 ? numa : "-", rp->nic >= 0 ? nic_label(&node->nics[rp->nic]) : "-",
                 rp->nic >= 0 ? dt_path_name(rp->nic_path) : "-");
+        free(cpus);
     }
 }
 
@@ -180,9 +189,8 @@ static void json_str(FILE *f, const char *s)
 
 static void json_rank_plan(FILE *f, const dt_node_t *node, const dt_rank_plan_t *rp)
 {
-    char cpus[256];
+    char *cpus = cpu_list(rp->cpus);
 
-    hwloc_bitmap_list_snprintf(cpus, sizeof(cpus), rp->cpus);
     fprintf(f, "\"gpu\":");
     if (rp->gpu >= 0) {
         const dt_gpu_t *g = &node->gpus[rp->gpu];
@@ -194,7 +202,10 @@ static void json_rank_plan(FILE *f, const dt_node_t *node, const dt_rank_plan_t 
     } else {
         fprintf(f, "null");
     }
-    fprintf(f, ",\"cpus\":\"%s\",\"cores\":%u,\"numa\":", cpus, rp->ncores);
+    fprintf(f, ",\"cpus\":");
+    json_str(f, cpus ? cpus : "(out of memory)");
+    fprintf(f, ",\"cores\":%u,\"numa\":", rp->ncores);
+    free(cpus);
     if (rp->numa >= 0)
         fprintf(f, "%u", node->numa[rp->numa].os_index);
     else
@@ -204,8 +215,9 @@ static void json_rank_plan(FILE *f, const dt_node_t *node, const dt_rank_plan_t 
         const dt_nic_t *n = &node->nics[rp->nic];
         fprintf(f, "{\"name\":");
         json_str(f, n->name);
-        fprintf(f, ",\"kind\":\"%s\",\"busid\":\"%s\",\"port\":%d,\"path\":\"%s\"}",
-                dt_nic_kind_name(n->kind), n->busid, n->port, dt_path_name(rp->nic_path));
+        fprintf(f, ",\"kind\":\"%s\",\"busid\":", dt_nic_kind_name(n->kind));
+        json_str(f, n->busid); /* from the file: escaped like every such string */
+        fprintf(f, ",\"port\":%d,\"path\":\"%s\"}", n->port, dt_path_name(rp->nic_path));
     } else {
         fprintf(f, "null");
     }
@@ -320,6 +332,19 @@ static void write_json(const dt_report_t *r, FILE *f)
 
 /* ---- dot ---------------------------------------------------------------------------- */
 
+/* Text inside a DOT quoted string: a quote or backslash from a path, a
+ * host or a model name would end the string or start an escape (Graphviz
+ * then rejects the file), control characters become spaces. */
+static void dot_str(FILE *f, const char *s)
+{
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            fputc('\\', f);
+        fputc(ch < 0x20 ? ' ' : ch, f);
+    }
+}
+
 /* Bridges on the way to a GPU or NIC; other PCI devices stay out of the picture. */
 static void mark_paths(const dt_node_t *node, char *keep)
 {
@@ -336,26 +361,28 @@ static void dot_cpus(FILE *f, const dt_node_t *node)
     for (unsigned p = 0; p < node->npackages; p++) {
         fprintf(f, "    subgraph cluster_pkg%u { label=\"package %u\";\n", p, p);
         for (unsigned i = 0; i < node->nnuma; i++) {
-            char cpus[128];
+            char *cpus;
             if (node->numa[i].package != (int)p)
                 continue;
-            hwloc_bitmap_list_snprintf(cpus, sizeof(cpus), node->numa[i].cpuset);
+            cpus = cpu_list(node->numa[i].cpuset);
             fprintf(f, "      numa%u [shape=component label=\"NUMA %u\\ncpus %s\"];\n", i,
-                    node->numa[i].os_index, cpus);
+                    node->numa[i].os_index, cpus ? cpus : "(out of memory)");
+            free(cpus);
         }
         fprintf(f, "    }\n");
     }
 }
 
-static const char *dot_rank_label(const kind_t *k, int gpu, char *buf, size_t len)
+/* "\nlocal rank 0, local rank 4": every rank on that GPU. */
+static void dot_rank_label(FILE *f, const kind_t *k, int gpu)
 {
-    size_t o = 0;
+    int first = 1;
 
-    buf[0] = '\0';
-    for (unsigned r = 0; r < k->plan.nranks && o < len; r++)
-        if (k->plan.ranks[r].gpu == gpu)
-            o += (size_t)snprintf(buf + o, len - o, "%slocal rank %u", o ? ", " : "\\n", r);
-    return buf;
+    for (unsigned r = 0; r < k->plan.nranks; r++)
+        if (k->plan.ranks[r].gpu == gpu) {
+            fprintf(f, "%slocal rank %u", first ? "\\n" : ", ", r);
+            first = 0;
+        }
 }
 
 static void dot_devices(FILE *f, const kind_t *k, const char *keep)
@@ -366,8 +393,10 @@ static void dot_devices(FILE *f, const kind_t *k, const char *keep)
         const dt_pci_t *p = &node->pci[i];
         if (!keep[i] || !p->bridge)
             continue;
-        fprintf(f, "    pci%u [shape=ellipse label=\"%s\\n%s\"];\n", i,
-                p->bridge == 2 ? "host bridge" : "PCIe switch", p->busid);
+        fprintf(f, "    pci%u [shape=ellipse label=\"%s\\n", i,
+                p->bridge == 2 ? "host bridge" : "PCIe switch");
+        dot_str(f, p->busid);
+        fprintf(f, "\"];\n");
         if (p->parent >= 0)
             fprintf(f, "    pci%d -- pci%u;\n", p->parent, i);
         else if (p->numa >= 0)
@@ -375,10 +404,11 @@ static void dot_devices(FILE *f, const kind_t *k, const char *keep)
     }
     for (unsigned i = 0; i < node->ngpus; i++) {
         const dt_gpu_t *g = &node->gpus[i];
-        char ranks[256];
-        fprintf(f, "    gpu%u [shape=box style=filled fillcolor=%s label=\"GPU %d\\n%s%s\"];\n", i,
-                g->nvidia ? "palegreen" : "lightgrey", g->index, g->model,
-                dot_rank_label(k, (int)i, ranks, sizeof(ranks)));
+        fprintf(f, "    gpu%u [shape=box style=filled fillcolor=%s label=\"GPU %d\\n", i,
+                g->nvidia ? "palegreen" : "lightgrey", g->index);
+        dot_str(f, g->model);
+        dot_rank_label(f, k, (int)i);
+        fprintf(f, "\"];\n");
         if (g->pci >= 0 && node->pci[g->pci].parent >= 0)
             fprintf(f, "    pci%d -- gpu%u;\n", node->pci[g->pci].parent, i);
         else if (g->pci >= 0 && node->pci[g->pci].numa >= 0)
@@ -386,8 +416,9 @@ static void dot_devices(FILE *f, const kind_t *k, const char *keep)
     }
     for (unsigned i = 0; i < node->nnics; i++) {
         const dt_nic_t *n = &node->nics[i];
-        fprintf(f, "    nic%u [shape=box style=filled fillcolor=lightblue label=\"%s\\n%s\"];\n", i,
-                nic_label(n), dt_nic_kind_name(n->kind));
+        fprintf(f, "    nic%u [shape=box style=filled fillcolor=lightblue label=\"", i);
+        dot_str(f, nic_label(n));
+        fprintf(f, "\\n%s\"];\n", dt_nic_kind_name(n->kind));
         if (n->pci >= 0 && node->pci[n->pci].parent >= 0)
             fprintf(f, "    pci%d -- nic%u;\n", node->pci[n->pci].parent, i);
         else if (n->pci >= 0 && node->pci[n->pci].numa >= 0)
@@ -418,7 +449,9 @@ static void dot_rails(FILE *f, const dt_report_t *r)
 
     fprintf(f, "  subgraph cluster_rails { label=\"rails (first %zu nodes)\";\n", nodes);
     for (size_t i = 0; i < nodes; i++) {
-        fprintf(f, "    subgraph cluster_n%zu { label=\"%s\";\n", i, r->hosts[i]);
+        fprintf(f, "    subgraph cluster_n%zu { label=\"", i);
+        dot_str(f, r->hosts[i]);
+        fprintf(f, "\";\n");
         for (uint32_t l = 0; l < r->counts[i]; l++)
             fprintf(f, "      r%u [shape=box label=\"rank %u\"];\n",
                     r->node_ranks[r->first_rank[i] + l], r->node_ranks[r->first_rank[i] + l]);
@@ -440,8 +473,11 @@ static void write_dot(const dt_report_t *r, FILE *f)
         return;
     mark_paths(&k->node, keep);
     fprintf(f, "graph ddp_topo {\n  compound=true; fontsize=11; node [fontsize=10];\n");
-    fprintf(f, "  subgraph cluster_node { label=\"%s (%s)\";\n", k->nodes,
-            k->path[0] ? k->path : "this machine");
+    fprintf(f, "  subgraph cluster_node { label=\"");
+    dot_str(f, k->nodes);
+    fprintf(f, " (");
+    dot_str(f, k->path[0] ? k->path : "this machine");
+    fprintf(f, ")\";\n");
     dot_cpus(f, &k->node);
     dot_devices(f, k, keep);
     dot_links(f, k);

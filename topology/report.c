@@ -173,10 +173,15 @@ static int index_ranks(dt_report_t *r)
 static int master(dt_report_t *r, dt_error_t *err)
 {
     const dt_report_opts_t *o = &r->opts;
+    const char *host = r->layout.ntasks ? r->hosts[r->layout.node_of[0]] : r->hosts[0];
     uint16_t port;
 
-    snprintf(r->master_addr, sizeof(r->master_addr), "%s",
-             r->layout.ntasks ? r->hosts[r->layout.node_of[0]] : r->hosts[0]);
+    if ((size_t)snprintf(r->master_addr, sizeof(r->master_addr), "%s", host) >=
+        sizeof(r->master_addr)) {
+        topo_seterr(err, "node name '%.60s...' is longer than %zu characters (no host name is)",
+                    host, sizeof(r->master_addr) - 1);
+        return -1;
+    }
     if (o->resv_ports && dt_resv_ports_first(o->resv_ports, &port, err) < 0)
         return -1;
     if (o->resv_ports)

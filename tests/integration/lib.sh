@@ -28,6 +28,23 @@ skip() { # skip WHY: a test that cannot run here, counted as passed
     echo "ok $tap_n # SKIP $*"
 }
 
+is_rc() { # is_rc RC WANT OUTPUT DESCRIPTION: an exit status; the output when it differs
+    local rc=$1 want=$2 out=$3; shift 3
+    is "$rc" "$want" "$*"
+    [ "$rc" = "$want" ] || printf '%s\n' "$out" | tail -n 40 | sed 's/^/#   /'
+}
+
+# Wait for an event, never a fixed time: poll COMMAND until it succeeds or
+# SECS pass (generous: a loaded CI machine is slow). 1 on timeout; the
+# caller's assertion prints what it saw.
+wait_until() { # wait_until SECS COMMAND...
+    local deadline=$((SECONDS + $1)); shift
+    until "$@"; do
+        [ "$SECONDS" -lt "$deadline" ] || return 1
+        sleep 0.1
+    done
+}
+
 done_testing() {
     echo "1..$tap_n"
     [ "$tap_failed" = 0 ]
@@ -79,6 +96,10 @@ run_batch() {
     id=$(sbatch --parsable "$@") || return 1
     "$top_srcdir/tests/cluster/cluster" wait "$id" --dir "$CLUSTER_DIR" 2>&1 | sed 's/^/# /'
     return "${PIPESTATUS[0]}"
+}
+
+job_state() { # job_state ID: PENDING, RUNNING, COMPLETED, ... or nothing once purged
+    scontrol show job -o "$1" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p'
 }
 
 idle_nodes() {

@@ -3,6 +3,9 @@
 #include "ddptopo.h"
 #include "tap.h"
 
+#include <stdlib.h>
+#include <unistd.h>
+
 static void request_ok(const char *value, ddp_mode_t mode, bool verbose)
 {
     ddp_request_t r;
@@ -30,6 +33,31 @@ static void config_refused(const char *arg, const char *why)
 
     ok(ddp_config_parse(2, av, &c, err, sizeof(err)) < 0 && strstr(err, why) &&
        strstr(err, arg), "plugstack '%s' refused: %s", arg, err);
+}
+
+/* The warning reads the kernel's range from a real file, as from /proc. */
+static void port_range_warning(void)
+{
+    char path[] = "/tmp/ddp-topo-test-config.XXXXXX", msg[DDP_ERRLEN] = "";
+    ddp_config_t c = {.port_lo = 61000, .port_hi = 65535};
+    int fd = mkstemp(path);
+
+    ok(fd >= 0 && write(fd, "32768\t60999\n", 12) == 12, "a range file like the kernel's");
+    ok(!ddp_port_range_warning(&c, path, msg, sizeof(msg)), "61000-65535 is above 32768-60999");
+    c.port_lo = 20000;
+    c.port_hi = 32768;
+    ok(ddp_port_range_warning(&c, path, msg, sizeof(msg)) &&
+       strstr(msg, "port_range=20000-32768 overlaps the kernel's ephemeral port range "
+              "32768-60999") && strstr(msg, path), "20000-32768 overlaps it by one port: %s", msg);
+    c.port_lo = 60999;
+    c.port_hi = 61000;
+    ok(ddp_port_range_warning(&c, path, msg, sizeof(msg)), "60999-61000 overlaps it too");
+    ok(!ddp_port_range_warning(&c, "/nonexistent/ip_local_port_range", msg, sizeof(msg)),
+       "no warning when the range cannot be read");
+    if (fd >= 0) {
+        close(fd);
+        unlink(path);
+    }
 }
 
 int main(void)
@@ -75,6 +103,23 @@ int main(void)
         ok(ddp_config_parse(0, NULL, &c, err, sizeof(err)) == 0 && !strcmp(c.topology, "live") &&
            c.bind == (DT_BIND_GPU | DT_BIND_CPU), "defaults: topology=live bind=gpu,cpu");
     }
+    {
+        /* a bad argument must not hide default=, which says which jobs asked */
+        char *av3[] = {(char *)"colour=blue", (char *)"default=auto", (char *)"bind=disk"};
+        ok(ddp_config_parse(3, av3, &c, err, sizeof(err)) < 0 && strstr(err, "'colour=blue'") &&
+           !strstr(err, "disk") && c.default_mode == DDP_MODE_AUTO,
+           "colour=blue default=auto bind=disk: the first error, and default=auto still read: %s",
+           err);
+    }
+    {
+        char arg[1100] = "topology=/";
+        memset(arg + 10, '%', 1020); /* "%%" expands to one character: a short path */
+        arg[1030] = '\0';
+        ok(ddp_config_parse(1, (char *[]){arg}, &c, err, sizeof(err)) < 0 &&
+           strstr(err, "longer than 511 characters"),
+           "a 1020-character topology pattern is refused, never cut: %.60s...", err);
+    }
+    port_range_warning();
     {
         unsigned b;
         ok(ddp_bind_option_parse("cpu,mem", &b, err, sizeof(err)) == 0 &&
