@@ -1,6 +1,8 @@
 /* Communicator life cycle and queries. */
 #include "internal.h"
 
+#include <arpa/inet.h>
+
 #include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -56,6 +58,15 @@ void drt_warn(const drt_comm_t *c, const char *fmt, ...)
     va_start(ap, fmt);
     log_line(c, fmt, ap);
     va_end(ap);
+}
+
+const char *drt_where(const drt_comm_t *c, int rank, char *buf, size_t len)
+{
+    char ip[INET_ADDRSTRLEN] = "?";
+
+    inet_ntop(AF_INET, &c->ep_ip[rank], ip, sizeof(ip));
+    snprintf(buf, len, "node %d at %s", c->node_of[rank], ip);
+    return buf;
 }
 
 double drt_now(void)

@@ -81,6 +81,8 @@ int drt_fail(drt_error_t *err, const char *fmt, ...) __attribute__((format(print
 void drt_log(const drt_comm_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void drt_warn(const drt_comm_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 double drt_now(void);
+/* "node 1 at 10.0.0.2": where a rank runs (GROUP_RANK, its data address) */
+const char *drt_where(const drt_comm_t *c, int rank, char *buf, size_t len);
 
 /* net.c: TCP */
 int net_listen(int port, int *out_port, drt_error_t *err);

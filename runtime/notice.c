@@ -56,10 +56,14 @@ int notice_check(drt_comm_t *c, drt_error_t *err)
 
     if (c->notice_fd < 0)
         return 0;
-    while (recv(c->notice_fd, &n, sizeof(n), 0) == (ssize_t)sizeof(n))
-        if (n.magic == DRT_MAGIC && (int)n.dead < c->size &&
-            auth_check(c, "ddprt notice", &n, offsetof(notice_t, mac), NULL, 0, n.mac))
-            return drt_fail(err, "rank %u died during collective #%llu (reported by rank %u)",
-                            n.dead, (unsigned long long)n.seq, n.reporter);
+    while (recv(c->notice_fd, &n, sizeof(n), 0) == (ssize_t)sizeof(n)) {
+        char where[64];
+        if (n.magic != DRT_MAGIC || (int)n.dead >= c->size ||
+            !auth_check(c, "ddprt notice", &n, offsetof(notice_t, mac), NULL, 0, n.mac))
+            continue;
+        return drt_fail(err, "rank %u (%s) died during collective #%llu (reported by rank %u)",
+                        n.dead, drt_where(c, (int)n.dead, where, sizeof(where)),
+                        (unsigned long long)n.seq, n.reporter);
+    }
     return 0;
 }

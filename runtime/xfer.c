@@ -193,11 +193,13 @@ static int run(drt_comm_t *c, side_t *s, drt_error_t *err)
             if (n < 0 && notice_check(c, err) < 0)
                 return -1; /* someone else saw the root cause first */
             if (n < 0) {
+                char where[64];
                 notice_send(c, s[i].ch->peer);
-                return drt_fail(err, "rank %d %s during collective #%llu (rank %d died?)",
-                                s[i].ch->peer, s[i].sending ? "stopped receiving"
-                                : "closed its connection", (unsigned long long)c->seq,
-                                s[i].ch->peer);
+                return drt_fail(err, "rank %d (%s) %s during collective #%llu (rank %d died, "
+                                "or its node?)", s[i].ch->peer,
+                                drt_where(c, s[i].ch->peer, where, sizeof(where)),
+                                s[i].sending ? "stopped receiving" : "closed its connection",
+                                (unsigned long long)c->seq, s[i].ch->peer);
             }
             moved += n;
         }
@@ -221,8 +223,10 @@ static int run(drt_comm_t *c, side_t *s, drt_error_t *err)
                             (unsigned long long)c->seq);
         if (drt_now() - last > c->timeout) {
             int who = s[1].done < total(&s[1]) ? s[1].ch->peer : s[0].ch->peer;
-            return drt_fail(err, "rank %d did not answer for %.0f s during collective #%llu "
-                            "(DDPRT_TIMEOUT)", who, c->timeout, (unsigned long long)c->seq);
+            char where[64];
+            return drt_fail(err, "rank %d (%s) did not answer for %.0f s during collective "
+                            "#%llu (DDPRT_TIMEOUT)", who, drt_where(c, who, where, sizeof(where)),
+                            c->timeout, (unsigned long long)c->seq);
         }
         idle(s, spins++);
     }
