@@ -249,10 +249,10 @@ static int gather_as_root(drt_comm_t *c, int port, uint32_t ip, endpoint_t *tab,
     char *seen = calloc((size_t)c->size, 1), missing[256];
     int lfd = -1, rc = -1;
 
+    for (int r = 0; g.fds && r < c->size; r++)
+        g.fds[r] = -1; /* before any exit: calloc's 0 would close stdin below */
     if (!g.fds || !g.sess || !seen || (lfd = master_listener(c, deadline, err)) < 0)
         goto out;
-    for (int r = 0; r < c->size; r++)
-        g.fds[r] = -1;
     tab[0] = (endpoint_t){ip, (uint32_t)port, c->env.node_rank, c->env.local_rank,
                           (uint32_t)getpid()};
     if (c->size > 1 && auth_serve(c, lfd, AUTH_BOOT, deadline, take_rank, &g, err) < 0) {
