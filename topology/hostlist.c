@@ -84,7 +84,7 @@ static int parse_number(expander_t *x, const char **p, unsigned long *val, int *
 static int parse_group(expander_t *x, const char **p, range_t **ranges, size_t *nranges)
 {
     const char *s = *p + 1;
-    size_t n = 0;
+    size_t n = 0, cap = 0;
     range_t *r = NULL;
 
     for (;;) {
@@ -110,11 +110,16 @@ static int parse_group(expander_t *x, const char **p, range_t **ranges, size_t *
                 goto fail;
             }
         }
-        if (!(nr = realloc(r, (n + 1) * sizeof(*r)))) {
-            topo_seterr(x->err, "hostlist: out of memory");
-            goto fail;
+        /* geometric growth: a compressed list of scattered hosts is one
+         * group of a million items, and growing by one copies quadratically */
+        if (n == cap) {
+            cap = cap ? cap * 2 : 8;
+            if (!(nr = realloc(r, cap * sizeof(*r)))) {
+                topo_seterr(x->err, "hostlist: out of memory");
+                goto fail;
+            }
+            r = nr;
         }
-        r = nr;
         r[n++] = item;
         if (*s == ',') {
             s++;
