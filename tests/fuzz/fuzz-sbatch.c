@@ -3,7 +3,7 @@
  * `report --sbatch FILE --help`: the script is read and every option in it
  * applied (that is done first, so the command line can override it), then
  * --help stops before the report is built. */
-#include "cli.h"
+#include "cli/cli.h"
 #include "fuzz.h"
 
 #include <getopt.h>
