@@ -24,13 +24,13 @@
 #define RECHECK_FIRST 256 /* the first re-check, at this call of a size class */
 #define SWITCH_MARGIN 0.9 /* switch when the other is at least 10% faster */
 
-static auto_class_t *class_of(drt_comm_t *c, size_t bytes)
+static auto_class_t *class_of(coll_set_t *s, size_t bytes)
 {
     int b = 0;
 
     while (b < 63 && ((size_t)1 << (b + 1)) <= bytes)
         b++;
-    return &c->sizes[b];
+    return &s->sizes[b];
 }
 
 static int slot(drt_algo_t a)
@@ -54,38 +54,36 @@ static double median(const auto_class_t *k, int s)
 }
 
 /* One fenced, timed run of a, recorded in the size class. */
-static int fenced_run(drt_comm_t *c, auto_class_t *k, drt_algo_t a, const coll_args_t *x,
+static int fenced_run(coll_set_t *s, auto_class_t *k, drt_algo_t a, const coll_args_t *x,
                       drt_error_t *err)
 {
-    int s = slot(a);
-    double t0;
+    int i = slot(a);
+    double t;
 
-    if (coll_fence(c, err) < 0)
+    if (s->ops->fence(s, err) < 0 || s->ops->timer_start(s, err) < 0 ||
+        algo_run(s, a, x, err) < 0 || s->ops->timer_stop(s, &t, err) < 0)
         return -1;
-    t0 = drt_now();
-    if (coll_run(c, a, x, err) < 0)
-        return -1;
-    k->t[s][k->n[s]++ % AUTO_SAMPLES] = drt_now() - t0;
+    k->t[i][k->n[i]++ % AUTO_SAMPLES] = t;
     return 0;
 }
 
 /* times[] = the slowest rank's median flat and hier times */
-static int agree(drt_comm_t *c, const auto_class_t *k, double times[2], drt_error_t *err)
+static int agree(coll_set_t *s, const auto_class_t *k, double times[2], drt_error_t *err)
 {
     times[0] = median(k, 0);
     times[1] = median(k, 1);
-    return coll_agree_max(c, times, 2, err);
+    return cpu_agree_max(s->c, times, 2, err);
 }
 
 /* A trial run before the last: out of place it reads the untouched send
  * buffer and overwrites the result buffer; in place it works on a copy of
  * the input, refreshed each time. */
-static int scratch_run(drt_comm_t *c, auto_class_t *k, drt_algo_t a, const coll_args_t *scratch,
+static int scratch_run(coll_set_t *s, auto_class_t *k, drt_algo_t a, const coll_args_t *scratch,
                        const unsigned char *input, size_t bytes, drt_error_t *err)
 {
-    if (!scratch->src)
-        memcpy(scratch->buf, input, bytes);
-    return fenced_run(c, k, a, scratch, err);
+    if (!scratch->src && s->ops->copy(s, scratch->buf, input, bytes, err) < 0)
+        return -1;
+    return fenced_run(s, k, a, scratch, err);
 }
 
 /* The first message of a size class: both algorithms, alternating (a
@@ -93,7 +91,7 @@ static int scratch_run(drt_comm_t *c, auto_class_t *k, drt_algo_t a, const coll_
  * round then 7 runs each up to 256 KiB, 3 up to 4 MiB, one above; the last
  * hier run gives the result. Only in place does it cost a copy of the
  * message. */
-static int trial(drt_comm_t *c, auto_class_t *k, const coll_args_t *x, drt_error_t *err)
+static int trial(coll_set_t *s, auto_class_t *k, const coll_args_t *x, drt_error_t *err)
 {
     size_t bytes = x->count * x->esize;
     int reps = bytes <= (256u << 10) ? 8 : bytes <= (4u << 20) ? 4 : 1, rc = 0;
@@ -101,21 +99,22 @@ static int trial(drt_comm_t *c, auto_class_t *k, const coll_args_t *x, drt_error
     coll_args_t scratch = *x;
     double times[2];
 
-    if (!x->src && !(copy = scratch.buf = malloc(bytes ? bytes : 1)))
-        return drt_fail(err, "out of memory for a %zu-byte trial buffer", bytes);
+    if (!x->src && !(copy = scratch.buf = s->ops->alloc(s, bytes, err)))
+        return -1;
     for (int i = 0; rc == 0 && i < reps; i++) {
-        rc = scratch_run(c, k, DRT_ALGO_FLAT, &scratch, x->buf, bytes, err);
+        rc = scratch_run(s, k, DRT_ALGO_FLAT, &scratch, x->buf, bytes, err);
         if (rc == 0 && i < reps - 1)
-            rc = scratch_run(c, k, DRT_ALGO_HIER, &scratch, x->buf, bytes, err);
+            rc = scratch_run(s, k, DRT_ALGO_HIER, &scratch, x->buf, bytes, err);
         if (i == 0 && reps > 1) /* warms caches and connections */
             k->n[0] = k->n[1] = 0;
     }
-    free(copy);
-    if (rc < 0 || fenced_run(c, k, DRT_ALGO_HIER, x, err) < 0 || agree(c, k, times, err) < 0)
+    if (copy)
+        s->ops->release(s, copy);
+    if (rc < 0 || fenced_run(s, k, DRT_ALGO_HIER, x, err) < 0 || agree(s, k, times, err) < 0)
         return -1;
     k->choice = times[1] < times[0] ? DRT_ALGO_HIER : DRT_ALGO_FLAT;
-    drt_log(c, "auto: messages of %zu+ bytes: flat %.1f us, hier %.1f us: %s",
-            (size_t)1 << (k - c->sizes), times[0] * 1e6, times[1] * 1e6,
+    drt_log(s->c, "auto: messages of %zu+ bytes: flat %.1f us, hier %.1f us: %s",
+            (size_t)1 << (k - s->sizes), times[0] * 1e6, times[1] * 1e6,
             drt_algo_name((drt_algo_t)k->choice));
     return 0;
 }
@@ -129,7 +128,7 @@ static int power_of_two_from(uint32_t n, uint32_t first)
  * the other algorithm, the next the chosen one, both fenced and timed; then
  * the ranks agree and maybe switch. It costs two fences, a 16-byte
  * allreduce and the difference between the algorithms, no extra run. */
-static int recheck(drt_comm_t *c, auto_class_t *k, const coll_args_t *x, int second,
+static int recheck(coll_set_t *s, auto_class_t *k, const coll_args_t *x, int second,
                    drt_error_t *err)
 {
     drt_algo_t cur = (drt_algo_t)k->choice;
@@ -138,12 +137,12 @@ static int recheck(drt_comm_t *c, auto_class_t *k, const coll_args_t *x, int sec
     int change;
 
     if (!second)
-        return fenced_run(c, k, other, x, err);
-    if (fenced_run(c, k, cur, x, err) < 0 || agree(c, k, times, err) < 0)
+        return fenced_run(s, k, other, x, err);
+    if (fenced_run(s, k, cur, x, err) < 0 || agree(s, k, times, err) < 0)
         return -1;
     change = times[slot(other)] < SWITCH_MARGIN * times[slot(cur)];
-    drt_log(c, "auto: messages of %zu+ bytes: re-check at call %u: flat %.1f us, hier %.1f us "
-            "(medians): %s %s", (size_t)1 << (k - c->sizes), k->calls - 1, times[0] * 1e6,
+    drt_log(s->c, "auto: messages of %zu+ bytes: re-check at call %u: flat %.1f us, hier %.1f us "
+            "(medians): %s %s", (size_t)1 << (k - s->sizes), k->calls - 1, times[0] * 1e6,
             times[1] * 1e6, change ? "switching to" : "keeping",
             drt_algo_name(change ? other : cur));
     if (change) {
@@ -155,18 +154,18 @@ static int recheck(drt_comm_t *c, auto_class_t *k, const coll_args_t *x, int sec
 
 /* With one node, or one rank per node, hier is the flat ring (the cost
  * model's T_H = T_F there): nothing to choose, no trial to pay for. */
-int auto_allreduce(drt_comm_t *c, const coll_args_t *x, drt_error_t *err)
+int auto_allreduce(coll_set_t *s, const coll_args_t *x, drt_error_t *err)
 {
-    auto_class_t *k = class_of(c, x->count * x->esize);
+    auto_class_t *k = class_of(s, x->count * x->esize);
 
-    if (c->nnodes < 2 || c->node.n < 2)
-        return coll_run(c, DRT_ALGO_FLAT, x, err);
+    if (s->nnodes < 2 || s->node->n < 2 || !s->uniform)
+        return algo_run(s, DRT_ALGO_FLAT, x, err);
     if (k->choice < 0)
-        return trial(c, k, x, err);
+        return trial(s, k, x, err);
     k->calls++;
     if (power_of_two_from(k->calls, RECHECK_FIRST))
-        return recheck(c, k, x, 0, err);
+        return recheck(s, k, x, 0, err);
     if (power_of_two_from(k->calls - 1, RECHECK_FIRST))
-        return recheck(c, k, x, 1, err);
-    return coll_run(c, (drt_algo_t)k->choice, x, err);
+        return recheck(s, k, x, 1, err);
+    return algo_run(s, (drt_algo_t)k->choice, x, err);
 }

@@ -345,6 +345,7 @@ static int take_peer(void *ctx, int fd, const auth_session_t *s, const hello_t *
         return 0;
     }
     c->chan[h->rank].fd = fd;
+    c->chan[h->rank].tp = &xfer_tcp;
     return --w->expect == 0;
 }
 
@@ -373,6 +374,7 @@ static int connect_peers(drt_comm_t *c, int lfd, const endpoint_t *tab, drt_erro
                             tab[p].port, why.text);
         drt_log(c, "connected to rank %d at %s:%u", p, host, tab[p].port);
         c->chan[p].fd = fd;
+        c->chan[p].tp = &xfer_tcp;
     }
     if (w.expect > 0 && auth_serve(c, lfd, AUTH_DATA, deadline, take_peer, &w, err) < 0)
         return drt_fail(err, "ranks that should connect to rank %d did not within %.0f s",

@@ -1,81 +1,13 @@
-/* Communicator life cycle and queries. */
+/* Communicator life cycle and queries: the top of the library. */
 #include "internal.h"
 
-#include <arpa/inet.h>
-
 #include <ctype.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #define DEFAULT_TIMEOUT 300.0
-
-int drt_fail(drt_error_t *err, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (err) {
-        va_start(ap, fmt);
-        vsnprintf(err->text, sizeof(err->text), fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
-/* One write per line: ranks share a terminal or pipe, and a line written
- * in pieces interleaves with theirs. */
-static void log_line(const drt_comm_t *c, const char *fmt, va_list ap)
-{
-    char line[1024];
-    int n;
-
-    n = snprintf(line, sizeof(line), "ddprt: rank %d: ", c->rank);
-    vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
-    n = (int)strlen(line);
-    line[n++] = '\n';
-    if (write(STDERR_FILENO, line, (size_t)n) < 0)
-        return; /* nowhere to log to */
-}
-
-void drt_log(const drt_comm_t *c, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (!c->verbose)
-        return;
-    va_start(ap, fmt);
-    log_line(c, fmt, ap);
-    va_end(ap);
-}
-
-void drt_warn(const drt_comm_t *c, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    log_line(c, fmt, ap);
-    va_end(ap);
-}
-
-const char *drt_where(const drt_comm_t *c, int rank, char *buf, size_t len)
-{
-    char ip[INET_ADDRSTRLEN] = "?";
-
-    inet_ntop(AF_INET, &c->ep_ip[rank], ip, sizeof(ip));
-    snprintf(buf, len, "node %d at %s", c->node_of[rank], ip);
-    return buf;
-}
-
-double drt_now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static const char *env_get(const char *name)
 {
@@ -114,8 +46,6 @@ static int parse_settings(drt_comm_t *c, drt_error_t *err)
     if (a && drt_algo_parse(a, &c->algo) < 0)
         return drt_fail(err, "DDPRT_ALGO='%.40s' is not flat, hier or auto", a);
     c->verbose = v && *v && strcmp(v, "0");
-    for (int i = 0; i < 64; i++)
-        c->sizes[i].choice = -1;
     return 0;
 }
 
@@ -163,6 +93,10 @@ int drt_init(drt_comm_t **out, drt_error_t *err)
     }
     if (boot_exchange(c, err) < 0 || shm_attach(c, err) < 0)
         goto fail;
+    if (cpu_set_init(c) < 0) {
+        drt_fail(err, "out of memory");
+        goto fail;
+    }
     if (!c->uniform)
         drt_log(c, "ranks per node differ: hierarchical allreduce is disabled, the flat ring "
                 "is used");
@@ -180,8 +114,8 @@ void drt_finalize(drt_comm_t *c)
     drt_async_stop(c);
     pmix_finalize(c);
     for (int r = 0; c->chan && r < c->size; r++)
-        if (c->chan[r].fd >= 0 && c->chan[r].peer == r)
-            close(c->chan[r].fd);
+        if (c->chan[r].tp && c->chan[r].tp->close)
+            c->chan[r].tp->close(&c->chan[r]);
     shm_detach(c);
     if (c->notice_fd >= 0)
         close(c->notice_fd);
@@ -194,6 +128,7 @@ void drt_finalize(drt_comm_t *c)
     free(c->node.ranks);
     free(c->rail.ranks);
     free(c->bounce);
+    cpu_set_free(c);
     pthread_mutex_destroy(&c->lock);
     pthread_cond_destroy(&c->cond);
     free(c);

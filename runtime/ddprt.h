@@ -69,6 +69,8 @@ const char *drt_algo_name(drt_algo_t algo);
 /* 0 on success; "flat", "hier" or "auto"; -1 when unknown */
 int drt_algo_parse(const char *name, drt_algo_t *algo);
 int drt_dtype_parse(const char *name, drt_dtype_t *t);
+/* bytes per element; 0 for a value that is not a drt_dtype_t */
+size_t drt_dtype_size(drt_dtype_t t);
 
 /* Collectives on host buffers of any alignment. send == recv is in place.
  * Every rank ends with the same bytes. 16-bit floats are reduced in float32;
@@ -90,6 +92,40 @@ int drt_iallreduce(drt_comm_t *c, const void *send, void *recv, size_t count, dr
                    drt_op_t op, drt_request_t **req, drt_error_t *err);
 int drt_test(drt_request_t *req, int *done, drt_error_t *err);
 int drt_wait(drt_request_t *req, drt_error_t *err); /* frees req */
+
+/* ---- GPU buffers (NCCL) ---------------------------------------------------
+ * libddprt loads the CUDA runtime (libcudart.so) and NCCL (libnccl.so.2, or
+ * the file DDPRT_NCCL_LIBRARY names) with dlopen at the first call below, so
+ * one build serves CPU-only machines, NCCL from a Python wheel, and a process
+ * where PyTorch already loaded its NCCL. Without a device, without the
+ * libraries, or in a build without CUDA/NCCL headers, every call returns -1
+ * and says which. Streams are cudaStream_t passed as void * (NULL: the
+ * legacy default stream). */
+
+/* Select the CUDA device and create the NCCL world, node and rail
+ * communicators (collective over the world; later calls reuse them).
+ * device < 0: the plugin's binding: DDP_TOPO_GPU, else device LOCAL_RANK of
+ * those CUDA_VISIBLE_DEVICES shows. Implied by the first GPU collective. */
+int drt_gpu_attach(drt_comm_t *c, int device, drt_error_t *err);
+/* the device in use, -1 before drt_gpu_attach */
+int drt_gpu_device(const drt_comm_t *c);
+/* the algorithm for GPU buffers (default DDPRT_GPU_ALGO, else flat) */
+void drt_gpu_set_algo(drt_comm_t *c, drt_algo_t algo);
+
+/* Allreduce of device buffers, enqueued on stream: it returns once the work
+ * is issued, and the result is ready when the stream gets there. A failure
+ * found later (a peer died, NCCL reported an error, DDPRT_TIMEOUT passed)
+ * aborts the job's communicators and fails the next call, or drt_gpu_sync. */
+int drt_gpu_allreduce(drt_comm_t *c, const void *send, void *recv, size_t count, drt_dtype_t t,
+                      drt_op_t op, void *stream, drt_error_t *err);
+/* The same as a request: drt_test/drt_wait poll a CUDA event recorded after
+ * the work, under DDPRT_TIMEOUT, never a blocking CUDA call. */
+int drt_gpu_iallreduce(drt_comm_t *c, const void *send, void *recv, size_t count,
+                       drt_dtype_t t, drt_op_t op, void *stream, drt_request_t **req,
+                       drt_error_t *err);
+/* wait (bounded by DDPRT_TIMEOUT) until stream has done all work issued on
+ * it; -1 with the first error the GPU path found */
+int drt_gpu_sync(drt_comm_t *c, void *stream, drt_error_t *err);
 
 #ifdef __cplusplus
 }

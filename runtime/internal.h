@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "backend.h"
 #include "ddprt.h"
 
 #define DRT_SECRET_LEN 32        /* bytes of the per-job secret */
@@ -25,27 +26,33 @@ typedef struct {
 /* How this rank reaches one peer: TCP to other nodes, rings within a node. */
 typedef struct {
     int peer;
-    int fd;             /* TCP socket, -1 when on this node */
+    const struct transport *tp; /* NULL: not connected */
+    int fd;             /* TCP socket, -1 when none */
     shm_ring_t *tx, *rx;
     pid_t pid;          /* the peer's process, same node only */
 } chan_t;
 
-/* Ranks that run a ring together (world, node or rail), in ring order. */
-typedef struct {
-    int n, me;          /* members, my position */
-    int *ranks;
-} group_t;
+typedef struct side side_t; /* xfer.c: one direction of a transfer in progress */
+/* How bytes move on one channel: chosen when the channel is connected
+ * (boot.c: TCP, shm.c: rings). Each call moves what it can without
+ * blocking: bytes moved, 0 for none now, -1 when the peer is gone. */
+typedef struct transport {
+    const char *name;
+    size_t chunk;                        /* at most this many bytes per step */
+    size_t (*wire)(size_t len);          /* bytes a message of len occupies */
+    ssize_t (*send)(side_t *s, size_t n);
+    ssize_t (*recv)(side_t *s, size_t n);
+    ssize_t (*recv_reduce)(side_t *s, size_t n); /* whole elements reduced */
+    ssize_t (*pad)(side_t *s, size_t n); /* the bytes of wire() beyond len */
+    int (*dead)(const chan_t *ch);       /* the peer is gone though nothing says so */
+    int (*pollfd)(const chan_t *ch);     /* a descriptor to sleep on; -1: yield */
+    void (*close)(chan_t *ch);           /* NULL: nothing to close */
+    int remote;                          /* another node: reductions need a bounce buffer */
+} transport_t;
+extern const transport_t xfer_shm, xfer_tcp;
 
 typedef struct shm shm_t;
-
-/* What DRT_ALGO_AUTO knows about one power-of-two message size (auto.c). */
-#define AUTO_SAMPLES 8
-typedef struct {
-    int choice;                      /* DRT_ALGO_FLAT or _HIER, -1 before the trial */
-    uint32_t calls;                  /* since the choice, for re-checks */
-    double t[2][AUTO_SAMPLES];       /* latest fenced run times, flat and hier */
-    uint32_t n[2];                   /* runs recorded in t (the latest AUTO_SAMPLES kept) */
-} auto_class_t;
+struct gpu;
 
 struct drt_comm {
     drt_env_t env;
@@ -66,7 +73,8 @@ struct drt_comm {
     int verbose;
     unsigned char secret[DRT_SECRET_LEN];
     unsigned char *bounce;    /* TCP receive-and-reduce staging */
-    auto_class_t sizes[64];   /* auto: per power-of-two message size */
+    coll_set_t cpu;           /* host buffers: world, node, rail on the CPU backend */
+    struct gpu *gpu;          /* gpu.c: device, NCCL communicators; NULL before use */
     /* progress thread for non-blocking collectives */
     pthread_t thread;
     int thread_started, stopping;
@@ -156,18 +164,15 @@ void drt_scale_avg(void *buf, size_t count, drt_dtype_t t, int n);
 void drt_to_f32(float *out, const void *in, size_t count, drt_dtype_t t);
 void drt_from_f32(void *out, const float *in, size_t count, drt_dtype_t t);
 
-/* coll.c: the collectives; the public drt_* wrappers (async.c) first wait
- * for outstanding non-blocking requests */
-typedef struct {
-    unsigned char *buf;       /* gets the result */
-    const unsigned char *src; /* the input when out of place, else NULL (buf) */
-    size_t count, esize;      /* elements, bytes each (aligned, 16-bit widened) */
-    drt_dtype_t t;
-    drt_op_t op;
-} coll_args_t;
-int coll_run(drt_comm_t *c, drt_algo_t a, const coll_args_t *x, drt_error_t *err);
-int coll_fence(drt_comm_t *c, drt_error_t *err); /* a barrier outside the count */
-int coll_agree_max(drt_comm_t *c, double *v, size_t n, drt_error_t *err);
+/* cpu.c: the CPU backend (rings over shared memory and TCP, host memory) */
+int cpu_set_init(drt_comm_t *c); /* c->cpu, once the groups are known; -1: no memory */
+void cpu_set_free(drt_comm_t *c);
+int cpu_fence(drt_comm_t *c, drt_error_t *err); /* a barrier outside the count */
+/* the world's maximum of n doubles, elementwise: how ranks agree */
+int cpu_agree_max(drt_comm_t *c, double *v, size_t n, drt_error_t *err);
+
+/* coll.c: the collectives on host buffers; the public drt_* wrappers
+ * (async.c) first wait for outstanding non-blocking requests */
 int coll_allreduce(drt_comm_t *c, const void *send, void *recv, size_t count, drt_dtype_t t,
                    drt_op_t op, drt_error_t *err);
 int coll_broadcast(drt_comm_t *c, void *buf, size_t bytes, int root, drt_error_t *err);
@@ -176,10 +181,11 @@ int coll_reduce_scatter(drt_comm_t *c, const void *send, void *recv, size_t coun
                         drt_dtype_t t, drt_op_t op, drt_error_t *err);
 int coll_barrier(drt_comm_t *c, drt_error_t *err);
 
-/* auto.c: DRT_ALGO_AUTO's choice per message size */
-int auto_allreduce(drt_comm_t *c, const coll_args_t *x, drt_error_t *err);
-
 /* async.c */
 void drt_async_stop(drt_comm_t *c);
+
+/* gpu.c: the GPU path's state, freed by drt_finalize (after aborting
+ * outstanding NCCL work) */
+void gpu_finalize(drt_comm_t *c);
 
 #endif

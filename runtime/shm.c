@@ -129,6 +129,7 @@ int shm_attach(drt_comm_t *c, drt_error_t *err)
             continue;
         ch->tx = (shm_ring_t *)(rings + ((size_t)c->node.me * n + j) * sizeof(shm_ring_t));
         ch->rx = (shm_ring_t *)(rings + ((size_t)j * n + c->node.me) * sizeof(shm_ring_t));
+        ch->tp = &xfer_shm;
     }
     return 0;
 }

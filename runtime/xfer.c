@@ -1,6 +1,8 @@
-/* Send to one peer while receiving from another, over TCP or a node's
- * shared-memory rings, until both are done. A peer that dies or stops
- * answering for the timeout ends the wait with an error naming it. */
+/* Send to one peer while receiving from another until both are done, over
+ * each channel's transport: a node's shared-memory rings or TCP, two tables
+ * of operations (xfer_shm, xfer_tcp) that connecting a channel chooses. A
+ * peer that dies or stops answering for the timeout ends the wait with an
+ * error naming it. */
 #define _GNU_SOURCE
 #include "internal.h"
 
@@ -12,6 +14,7 @@
 #include <sys/socket.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 static size_t ring_write(shm_ring_t *r, const unsigned char *p, size_t len)
 {
@@ -37,7 +40,8 @@ static size_t ring_read(shm_ring_t *r, unsigned char *p, size_t len)
     return n;
 }
 
-typedef struct {
+/* One direction of a transfer in progress. */
+struct side {
     chan_t *ch;
     unsigned char *buf;
     size_t len, done;
@@ -50,7 +54,7 @@ typedef struct {
     unsigned char *bounce; /* TCP: bytes received but not yet reduced */
     size_t have;
     const unsigned char *base; /* out of place: the other operand */
-} side_t;
+};
 
 /* Combine n arrived bytes into the destination at offset off: in place, or
  * out of place from the base in the same pass. */
@@ -63,10 +67,21 @@ static void combine(const side_t *s, size_t off, const unsigned char *in, size_t
 }
 
 #define BOUNCE (256u << 10)
-#define SHM_STEP (32u << 10)
 
-/* Reduce whole elements straight out of a shared-memory ring. */
-static size_t ring_reduce(side_t *s, size_t left)
+/* ---- shared memory: a pair of rings ---- */
+
+static ssize_t shm_send(side_t *s, size_t n)
+{
+    return (ssize_t)ring_write(s->ch->tx, s->buf + s->done, n);
+}
+
+static ssize_t shm_recv(side_t *s, size_t n)
+{
+    return (ssize_t)ring_read(s->ch->rx, s->buf + s->done, n);
+}
+
+/* Reduce whole elements straight out of the ring. */
+static ssize_t shm_recv_reduce(side_t *s, size_t left)
 {
     shm_ring_t *r = s->ch->rx;
     uint64_t tail = __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE), head = r->head;
@@ -78,15 +93,70 @@ static size_t ring_reduce(side_t *s, size_t left)
     combine(s, s->done, r->data + off, first);
     combine(s, s->done + first, r->data, n - first);
     __atomic_store_n(&r->head, head + n, __ATOMIC_RELEASE);
-    return n;
+    return (ssize_t)n;
 }
 
-/* TCP: receive into the bounce buffer, reduce the whole elements. */
-static ssize_t recv_reduce(side_t *s, size_t left)
+/* Messages are padded to 8 bytes, so every message starts 8-aligned in its
+ * ring and elements never straddle the ring's end: the receiver reduces
+ * straight out of the ring with aligned loads. */
+static size_t shm_wire(size_t len)
+{
+    return (len + 7) & ~(size_t)7;
+}
+
+static ssize_t shm_pad(side_t *s, size_t n)
+{
+    static const unsigned char zeros[8];
+    shm_ring_t *r = s->ch->rx;
+    uint64_t tail, head;
+
+    if (s->sending)
+        return (ssize_t)ring_write(s->ch->tx, zeros, n);
+    tail = __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE);
+    head = r->head;
+    n = n < (size_t)(tail - head) ? n : (size_t)(tail - head);
+    __atomic_store_n(&r->head, head + n, __ATOMIC_RELEASE);
+    return (ssize_t)n;
+}
+
+/* a rank of this node that is gone: no socket tells us, its pid does */
+static int shm_dead(const chan_t *ch)
+{
+    return ch->pid > 0 && kill(ch->pid, 0) < 0 && errno == ESRCH;
+}
+
+static int shm_pollfd(const chan_t *ch)
+{
+    (void)ch;
+    return -1;
+}
+
+/* ---- TCP ---- */
+
+/* bytes moved, 0 when the socket would block, -1 when the peer is gone */
+static ssize_t tcp_result(ssize_t n, int receiving)
+{
+    if (n < 0)
+        return errno == EAGAIN || errno == EINTR ? 0 : -1;
+    return n == 0 && receiving ? -1 : n;
+}
+
+static ssize_t tcp_send(side_t *s, size_t n)
+{
+    return tcp_result(send(s->ch->fd, s->buf + s->done, n, MSG_NOSIGNAL | MSG_DONTWAIT), 0);
+}
+
+static ssize_t tcp_recv(side_t *s, size_t n)
+{
+    return tcp_result(recv(s->ch->fd, s->buf + s->done, n, MSG_DONTWAIT), 1);
+}
+
+/* Receive into the bounce buffer, reduce the whole elements. */
+static ssize_t tcp_recv_reduce(side_t *s, size_t left)
 {
     size_t room = BOUNCE - s->have, whole;
-    ssize_t n = recv(s->ch->fd, s->bounce + s->have, left - s->have < room ? left - s->have : room,
-                     MSG_DONTWAIT);
+    ssize_t n = tcp_result(recv(s->ch->fd, s->bounce + s->have,
+                                left - s->have < room ? left - s->have : room, MSG_DONTWAIT), 1);
 
     if (n <= 0)
         return n;
@@ -98,62 +168,65 @@ static ssize_t recv_reduce(side_t *s, size_t left)
     return (ssize_t)whole;
 }
 
-/* Messages through shared memory are padded to 8 bytes, so every message
- * starts 8-aligned in its ring and elements never straddle the ring's end:
- * the receiver can reduce straight out of the ring with aligned loads. */
-static size_t total(const side_t *s)
+static size_t tcp_wire(size_t len)
 {
-    return s->ch && s->ch->fd < 0 ? (s->len + 7) & ~(size_t)7 : s->len;
+    return len;
 }
 
-static size_t ring_skip(shm_ring_t *r, size_t len)
+static ssize_t tcp_pad(side_t *s, size_t n)
 {
-    uint64_t tail = __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE), head = r->head;
-    size_t n = len < (size_t)(tail - head) ? len : (size_t)(tail - head);
+    (void)s;
+    (void)n;
+    return 0; /* never called: TCP messages are not padded */
+}
 
-    __atomic_store_n(&r->head, head + n, __ATOMIC_RELEASE);
-    return n;
+static int tcp_dead(const chan_t *ch)
+{
+    (void)ch;
+    return 0; /* the socket says so */
+}
+
+static int tcp_pollfd(const chan_t *ch)
+{
+    return ch->fd;
+}
+
+static void tcp_close(chan_t *ch)
+{
+    close(ch->fd);
+    ch->fd = -1;
+}
+
+/* cache-sized pieces on shared memory: the peer reads them while they are
+ * still in cache, and sending and receiving take turns */
+const transport_t xfer_shm = {"shared memory", 32u << 10, shm_wire, shm_send, shm_recv,
+                              shm_recv_reduce, shm_pad, shm_dead, shm_pollfd, NULL, 0};
+const transport_t xfer_tcp = {"TCP", SIZE_MAX, tcp_wire, tcp_send, tcp_recv, tcp_recv_reduce,
+                              tcp_pad, tcp_dead, tcp_pollfd, tcp_close, 1};
+
+static size_t total(const side_t *s)
+{
+    return s->ch ? s->ch->tp->wire(s->len) : s->len;
 }
 
 /* One non-blocking step on one side: bytes moved, or -1 when the peer is gone. */
 static ssize_t step(side_t *s)
 {
-    static const unsigned char zeros[8];
-    size_t left = s->len - s->done;
-    ssize_t n;
-
-    /* cache-sized pieces: the peer reads them while they are still in cache,
-     * and sending and receiving take turns */
-    if (s->ch && s->ch->fd < 0 && left > SHM_STEP)
-        left = SHM_STEP;
+    const transport_t *tp = s->ch->tp;
+    size_t left;
 
     if (s->done == total(s))
         return 0;
-    if (s->done >= s->len) /* padding, shared memory only */
-        n = (ssize_t)(s->sending ? ring_write(s->ch->tx, zeros, total(s) - s->done)
-                                 : ring_skip(s->ch->rx, total(s) - s->done));
-    else if (s->reducing && s->ch->fd < 0)
-        n = (ssize_t)ring_reduce(s, left);
-    else if (s->reducing)
-        n = recv_reduce(s, left);
-    else if (s->ch->fd < 0)
-        n = (ssize_t)(s->sending ? ring_write(s->ch->tx, s->buf + s->done, left)
-                                 : ring_read(s->ch->rx, s->buf + s->done, left));
-    else if (s->sending)
-        n = send(s->ch->fd, s->buf + s->done, left, MSG_NOSIGNAL | MSG_DONTWAIT);
-    else
-        n = recv(s->ch->fd, s->buf + s->done, left, MSG_DONTWAIT);
-    if (n < 0 && (errno == EAGAIN || errno == EINTR))
-        return 0;
-    if (n < 0 || (n == 0 && s->ch->fd >= 0 && !s->sending))
-        return -1;
-    s->done += (size_t)n;
+    left = s->done < s->len ? s->len - s->done : 0;
+    if (left > tp->chunk)
+        left = tp->chunk;
+    ssize_t n = s->done >= s->len ? tp->pad(s, total(s) - s->done)
+                : s->reducing     ? tp->recv_reduce(s, left)
+                : s->sending      ? tp->send(s, left)
+                                  : tp->recv(s, left);
+    if (n > 0)
+        s->done += (size_t)n;
     return n;
-}
-
-static int peer_dead(const chan_t *ch)
-{
-    return ch->fd < 0 && ch->pid > 0 && kill(ch->pid, 0) < 0 && errno == ESRCH;
 }
 
 /* Nothing moved: sleep on the sockets when only sockets are pending, else
@@ -166,10 +239,11 @@ static void idle(const side_t *s, int spins)
     for (int i = 0; i < 2; i++) {
         if (!s[i].ch || s[i].done == total(&s[i]))
             continue;
-        if (s[i].ch->fd < 0)
+        int fd = s[i].ch->tp->pollfd(s[i].ch);
+        if (fd < 0)
             shm = 1;
         else
-            p[n++] = (struct pollfd){.fd = s[i].ch->fd, .events = s[i].sending ? POLLOUT : POLLIN};
+            p[n++] = (struct pollfd){.fd = fd, .events = s[i].sending ? POLLOUT : POLLIN};
     }
     if (!shm) {
         poll(p, (nfds_t)n, 10);
@@ -209,7 +283,7 @@ static int run(drt_comm_t *c, side_t *s, drt_error_t *err)
             continue;
         }
         for (int i = 0; spins % 64 == 0 && i < 2; i++) /* kill(): a syscall, not every spin */
-            if (s[i].ch && s[i].done < total(&s[i]) && peer_dead(s[i].ch)) {
+            if (s[i].ch && s[i].done < total(&s[i]) && s[i].ch->tp->dead(s[i].ch)) {
                 if (notice_check(c, err) < 0)
                     return -1; /* it died because another rank did */
                 notice_send(c, s[i].ch->peer);
@@ -252,7 +326,7 @@ int xfer_reduce(drt_comm_t *c, int to, const void *sbuf, size_t slen, int from, 
                    {.ch = &c->chan[from], .buf = rbuf, .len = count * esize, .reducing = 1,
                     .t = t, .op = op, .esize = esize, .base = base}};
 
-    if (s[1].ch->fd >= 0) {
+    if (s[1].ch->tp->remote) {
         if (!c->bounce && !(c->bounce = malloc(BOUNCE)))
             return drt_fail(err, "out of memory");
         s[1].bounce = c->bounce;

@@ -296,6 +296,22 @@ static void check_nonblocking(void)
     }
 }
 
+/* Counts above the pipelined hier's threshold (2 MiB) run its segments and
+ * its second lane: every op, in and out of place, misaligned, an integer
+ * type and a widened 16-bit one; 3 MiB plus a few elements so no split is
+ * even. */
+static void check_pipelined(void)
+{
+    const size_t big = (3u << 18) + 5;
+
+    drt_set_algo(comm, DRT_ALGO_HIER);
+    for (int op = 0; op < 4; op++) {
+        check_allreduce(0, (drt_op_t)op, big, op % 2 ? 3 : 0, 0);
+        check_allreduce(4, (drt_op_t)op, big, op % 2 ? 0 : 2, op % 2);
+    }
+    check_allreduce(2, DRT_AVG, big, 1, 1);
+}
+
 int main(void)
 {
     drt_error_t err;
@@ -316,6 +332,7 @@ int main(void)
     }
     for (int ti = 0; ti < 6; ti++)
         check_allreduce(ti, DRT_SUM, 999, 1, 1);
+    check_pipelined();
     check_others();
     check_reduce_scatter();
     check_nonblocking();

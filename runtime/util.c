@@ -1,0 +1,75 @@
+/* Helpers every part of the runtime uses: errors, log lines, the clock and
+ * where a rank runs. The bottom of the library: calls nothing of it. */
+#include "internal.h"
+
+#include <arpa/inet.h>
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+int drt_fail(drt_error_t *err, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (err) {
+        va_start(ap, fmt);
+        vsnprintf(err->text, sizeof(err->text), fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+/* One write per line: ranks share a terminal or pipe, and a line written
+ * in pieces interleaves with theirs. */
+static void log_line(const drt_comm_t *c, const char *fmt, va_list ap)
+{
+    char line[1024];
+    int n;
+
+    n = snprintf(line, sizeof(line), "ddprt: rank %d: ", c->rank);
+    vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+    n = (int)strlen(line);
+    line[n++] = '\n';
+    if (write(STDERR_FILENO, line, (size_t)n) < 0)
+        return; /* nowhere to log to */
+}
+
+void drt_log(const drt_comm_t *c, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (!c->verbose)
+        return;
+    va_start(ap, fmt);
+    log_line(c, fmt, ap);
+    va_end(ap);
+}
+
+void drt_warn(const drt_comm_t *c, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    log_line(c, fmt, ap);
+    va_end(ap);
+}
+
+const char *drt_where(const drt_comm_t *c, int rank, char *buf, size_t len)
+{
+    char ip[INET_ADDRSTRLEN] = "?";
+
+    inet_ntop(AF_INET, &c->ep_ip[rank], ip, sizeof(ip));
+    snprintf(buf, len, "node %d at %s", c->node_of[rank], ip);
+    return buf;
+}
+
+double drt_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
