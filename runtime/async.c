@@ -17,7 +17,17 @@ struct drt_request {
     int done, rc;
     drt_error_t err;
     drt_request_t *next;
+    struct gpu_req *gpu; /* drt_gpu_iallreduce's (gpu.c): polled there, never queued */
 };
+
+drt_request_t *async_gpu_request(drt_comm_t *c, struct gpu_req *g)
+{
+    drt_request_t *r = calloc(1, sizeof(*r));
+
+    if (r)
+        *r = (drt_request_t){.comm = c, .gpu = g};
+    return r;
+}
 
 static void *progress(void *arg)
 {
@@ -74,6 +84,8 @@ int drt_iallreduce(drt_comm_t *c, const void *send, void *recv, size_t count, dr
 
 int drt_test(drt_request_t *r, int *done, drt_error_t *err)
 {
+    if (r->gpu)
+        return gpu_req_test(r->gpu, done, err);
     pthread_mutex_lock(&r->comm->lock);
     *done = r->done;
     pthread_mutex_unlock(&r->comm->lock);
@@ -87,6 +99,11 @@ int drt_wait(drt_request_t *r, drt_error_t *err)
     drt_comm_t *c = r->comm;
     int rc;
 
+    if (r->gpu) {
+        rc = gpu_req_wait(r->gpu, err);
+        free(r);
+        return rc;
+    }
     pthread_mutex_lock(&c->lock);
     while (!r->done)
         pthread_cond_wait(&c->cond, &c->lock);

@@ -9,9 +9,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ifaddrs.h>
-#include <net/if.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,104 +44,27 @@ static void list_missing(const char *seen, int n, char *buf, size_t len)
             o += (size_t)snprintf(buf + o, len - o, "%s%d", o ? "," : "", r);
 }
 
-static uint32_t master_ip(const drt_comm_t *c)
-{
-    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai;
-    uint32_t ip = htonl(INADDR_LOOPBACK);
-
-    if (getaddrinfo(c->env.master_addr, NULL, &hints, &ai) == 0) {
-        ip = ((struct sockaddr_in *)ai->ai_addr)->sin_addr.s_addr;
-        freeaddrinfo(ai);
-    }
-    return ip;
-}
-
-/* The address that routes towards MASTER_ADDR. */
-static uint32_t route_ip(const drt_comm_t *c)
-{
-    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons(9), .sin_addr.s_addr = master_ip(c)};
-    struct sockaddr_in local = {0};
-    socklen_t len = sizeof(local);
-    int fd = socket(AF_INET, SOCK_DGRAM, 0);
-
-    if (fd >= 0 && connect(fd, (struct sockaddr *)&to, sizeof(to)) == 0)
-        getsockname(fd, (struct sockaddr *)&local, &len);
-    if (fd >= 0)
-        close(fd);
-    return local.sin_addr.s_addr ? local.sin_addr.s_addr : htonl(INADDR_LOOPBACK);
-}
-
-/* The interface data connections must use: DDPRT_SOCKET_IFNAME, else
- * GLOO_SOCKET_IFNAME (what the plugin's plan sets for CPU collectives;
- * Gloo's syntax allows a comma list, the first entry counts). */
-static const char *wanted_iface(const char **var, char *buf, size_t len)
-{
-    const char *v = getenv("DDPRT_SOCKET_IFNAME");
-
-    *var = "DDPRT_SOCKET_IFNAME";
-    if (!v || !*v) {
-        v = getenv("GLOO_SOCKET_IFNAME");
-        *var = "GLOO_SOCKET_IFNAME";
-    }
-    if (!v || !*v)
-        return NULL;
-    snprintf(buf, len, "%.*s", (int)strcspn(v, ","), v);
-    return buf;
-}
-
-static int is_loopback(uint32_t ip)
-{
-    return (ntohl(ip) >> 24) == 127;
-}
-
-/* An IPv4 address of interface `name` (prefer, if it has that one), or with
- * name NULL of the first interface that is up and not loopback; 0 if none. */
-static uint32_t iface_ip(const char *name, uint32_t prefer)
-{
-    struct ifaddrs *all;
-    uint32_t found = 0;
-
-    if (getifaddrs(&all) < 0)
-        return 0;
-    for (struct ifaddrs *i = all; i; i = i->ifa_next) {
-        uint32_t a;
-        if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET ||
-            (name ? strcmp(i->ifa_name, name) != 0
-                  : (i->ifa_flags & IFF_LOOPBACK) || !(i->ifa_flags & IFF_UP)))
-            continue;
-        a = ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr;
-        if (!found || a == prefer)
-            found = a;
-    }
-    freeifaddrs(all);
-    return found;
-}
-
-/* Where peers reach this rank: an address of the wanted interface (the one
- * routing towards MASTER_ADDR if it is on it), else the routing address.
- * That is loopback on the master's node when its name maps to 127.0.1.1
- * (Debian's /etc/hosts does this), which no other node can reach: then a
- * multi-node job takes the first address that is up and not loopback. */
+/* Where peers reach this rank: the interface toward MASTER_ADDR by the rule
+ * the plugin follows too (contract.h): one named in DDPRT_SOCKET_IFNAME or
+ * GLOO_SOCKET_IFNAME, else the one routing there. That is loopback on the
+ * master's node when its name maps to 127.0.1.1 (Debian's /etc/hosts does
+ * this), which no other node can reach: then a multi-node job takes the
+ * first interface that is up and not loopback. */
 static int choose_ip(const drt_comm_t *c, uint32_t *ip, drt_error_t *err)
 {
-    const char *var, *want;
-    char name[IF_NAMESIZE + 1], text[INET_ADDRSTRLEN];
-    uint32_t other;
+    contract_iface_t ifc;
+    char why[sizeof(err->text)], text[INET_ADDRSTRLEN];
 
-    *ip = route_ip(c);
-    if ((want = wanted_iface(&var, name, sizeof(name)))) {
-        if (!(*ip = iface_ip(want, *ip)))
-            return drt_fail(err, "%s=%s: this node has no interface %s with an IPv4 address "
-                            "(name one that has, see `ip -4 addr`, or unset %s)", var, want,
-                            want, var);
-        inet_ntop(AF_INET, ip, text, sizeof(text));
-        drt_log(c, "data connections on %s (%s, from %s)", want, text, var);
-    } else if (is_loopback(*ip) && c->env.node_count > 1 && (other = iface_ip(NULL, 0))) {
-        *ip = other;
-        inet_ntop(AF_INET, ip, text, sizeof(text));
+    if (contract_iface_choose(c->env.master_addr, c->env.node_count, getenv(DRT_ENV_IFNAME),
+                              getenv(DRT_ENV_GLOO_IFNAME), &ifc, why, sizeof(why)) < 0)
+        return drt_fail(err, "%s", why);
+    *ip = ifc.ip;
+    inet_ntop(AF_INET, ip, text, sizeof(text));
+    if (ifc.how == CONTRACT_IF_NAMED)
+        drt_log(c, "data connections on %s (%s, from %s)", ifc.name, text, ifc.var);
+    else if (ifc.how == CONTRACT_IF_FALLBACK)
         drt_log(c, "MASTER_ADDR %s is loopback here; other nodes reach this one at %s",
                 c->env.master_addr, text);
-    }
     return 0;
 }
 

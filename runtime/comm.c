@@ -16,16 +16,17 @@ static const char *env_get(const char *name)
 
 static int parse_secret(drt_comm_t *c, drt_error_t *err)
 {
-    const char *s = getenv("DDPRT_SECRET");
+    const char *s = getenv(DRT_ENV_SECRET);
 
     if (!s || strlen(s) != 2 * DRT_SECRET_LEN)
-        return drt_fail(err, "DDPRT_SECRET is %s (64 hex digits; launchers set it: srun "
-                        "--ddp-topo, ddp-run)", s ? "malformed" : "not set");
+        return drt_fail(err, DRT_ENV_SECRET " is %s (%d hex digits; launchers set it: srun "
+                        "--ddp-topo, ddp-run)", s ? "malformed" : "not set", 2 * DRT_SECRET_LEN);
     for (int i = 0; i < DRT_SECRET_LEN; i++) {
         unsigned v;
         if (!isxdigit((unsigned char)s[2 * i]) || !isxdigit((unsigned char)s[2 * i + 1]) ||
             sscanf(s + 2 * i, "%2x", &v) != 1)
-            return drt_fail(err, "DDPRT_SECRET is malformed (64 hex digits)");
+            return drt_fail(err, DRT_ENV_SECRET " is malformed (%d hex digits)",
+                            2 * DRT_SECRET_LEN);
         c->secret[i] = (unsigned char)v;
     }
     return 0;
@@ -112,6 +113,7 @@ void drt_finalize(drt_comm_t *c)
     if (!c)
         return;
     drt_async_stop(c);
+    gpu_finalize(c); /* its watchdog reads the channels and the notice socket */
     pmix_finalize(c);
     for (int r = 0; c->chan && r < c->size; r++)
         if (c->chan[r].tp && c->chan[r].tp->close)
@@ -146,35 +148,4 @@ int drt_rail_size(const drt_comm_t *c) { return c->rail.n; }
 void drt_set_algo(drt_comm_t *c, drt_algo_t algo)
 {
     c->algo = algo;
-}
-
-const char *drt_algo_name(drt_algo_t algo)
-{
-    return algo == DRT_ALGO_FLAT ? "flat" : algo == DRT_ALGO_HIER ? "hier" : "auto";
-}
-
-int drt_algo_parse(const char *name, drt_algo_t *algo)
-{
-    static const drt_algo_t all[] = {DRT_ALGO_AUTO, DRT_ALGO_FLAT, DRT_ALGO_HIER};
-
-    for (int i = 0; i < 3; i++)
-        if (!strcmp(name, drt_algo_name(all[i]))) {
-            *algo = all[i];
-            return 0;
-        }
-    return -1;
-}
-
-int drt_dtype_parse(const char *name, drt_dtype_t *t)
-{
-    static const char *const names[] = {[DRT_FLOAT32] = "float32", [DRT_FLOAT64] = "float64",
-                                        [DRT_BFLOAT16] = "bfloat16", [DRT_FLOAT16] = "float16",
-                                        [DRT_INT32] = "int32", [DRT_INT64] = "int64"};
-
-    for (int i = 0; i < 6; i++)
-        if (!strcmp(name, names[i])) {
-            *t = (drt_dtype_t)i;
-            return 0;
-        }
-    return -1;
 }

@@ -1,25 +1,12 @@
 /* The environment contract between the launcher (SPANK plugin, ddp-run,
  * torchrun) and the runtime. */
-#include "ddprt.h"
+#include "internal.h"
 
 #include <ctype.h>
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int fail(drt_error_t *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static int fail(drt_error_t *err, const char *fmt, ...)
-{
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(err->text, sizeof(err->text), fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 static int get_u32(const char *(*get)(const char *), const char *name, int required,
                    uint32_t *v, drt_error_t *err)
@@ -30,13 +17,13 @@ static int get_u32(const char *(*get)(const char *), const char *name, int requi
 
     if (!s || !*s) {
         *v = 0;
-        return required ? fail(err, "%s is not set (launch with srun --ddp-topo or "
+        return required ? drt_fail(err, "%s is not set (launch with srun --ddp-topo or "
                                 "torchrun)", name) : 0;
     }
     errno = 0;
     x = strtoul(s, &end, 10);
     if (!isdigit((unsigned char)*s) || *end || errno || x > UINT32_MAX)
-        return fail(err, "%s='%.40s' is not a non-negative integer", name, s);
+        return drt_fail(err, "%s='%.40s' is not a non-negative integer", name, s);
     *v = (uint32_t)x;
     return 0;
 }
@@ -45,34 +32,36 @@ static int check_below(const char *a, uint32_t av, const char *b, uint32_t bv, d
 {
     if (av < bv)
         return 0;
-    return fail(err, "%s=%u is not below %s=%u (the launcher's variables disagree)", a, av, b, bv);
+    return drt_fail(err, "%s=%u is not below %s=%u (the launcher's variables disagree)", a, av, b, bv);
 }
 
 int drt_env_load(drt_env_t *env, const char *(*get)(const char *name), drt_error_t *err)
 {
     drt_env_t e = {0};
-    const char *addr = get("MASTER_ADDR");
+    const char *addr = get(DRT_ENV_MASTER_ADDR);
     uint32_t port;
 
-    if (get_u32(get, "RANK", 1, &e.rank, err) || get_u32(get, "WORLD_SIZE", 1, &e.world_size, err) ||
-        get_u32(get, "LOCAL_RANK", 1, &e.local_rank, err) ||
-        get_u32(get, "LOCAL_WORLD_SIZE", 1, &e.local_world_size, err) ||
-        get_u32(get, "GROUP_RANK", 1, &e.node_rank, err) ||
-        get_u32(get, "GROUP_WORLD_SIZE", 1, &e.node_count, err) ||
-        get_u32(get, "TORCHELASTIC_RESTART_COUNT", 0, &e.restart_count, err) ||
-        get_u32(get, "MASTER_PORT", 1, &port, err))
+    if (get_u32(get, DRT_ENV_RANK, 1, &e.rank, err) ||
+        get_u32(get, DRT_ENV_WORLD_SIZE, 1, &e.world_size, err) ||
+        get_u32(get, DRT_ENV_LOCAL_RANK, 1, &e.local_rank, err) ||
+        get_u32(get, DRT_ENV_LOCAL_WORLD_SIZE, 1, &e.local_world_size, err) ||
+        get_u32(get, DRT_ENV_GROUP_RANK, 1, &e.node_rank, err) ||
+        get_u32(get, DRT_ENV_GROUP_WORLD_SIZE, 1, &e.node_count, err) ||
+        get_u32(get, DRT_ENV_RESTART_COUNT, 0, &e.restart_count, err) ||
+        get_u32(get, DRT_ENV_MASTER_PORT, 1, &port, err))
         return -1;
-    if (check_below("RANK", e.rank, "WORLD_SIZE", e.world_size, err) ||
-        check_below("LOCAL_RANK", e.local_rank, "LOCAL_WORLD_SIZE", e.local_world_size, err) ||
-        check_below("GROUP_RANK", e.node_rank, "GROUP_WORLD_SIZE", e.node_count, err))
+    if (check_below(DRT_ENV_RANK, e.rank, DRT_ENV_WORLD_SIZE, e.world_size, err) ||
+        check_below(DRT_ENV_LOCAL_RANK, e.local_rank, DRT_ENV_LOCAL_WORLD_SIZE,
+                    e.local_world_size, err) ||
+        check_below(DRT_ENV_GROUP_RANK, e.node_rank, DRT_ENV_GROUP_WORLD_SIZE, e.node_count, err))
         return -1;
     if (e.local_world_size > e.world_size || e.node_count > e.world_size)
-        return fail(err, "LOCAL_WORLD_SIZE=%u or GROUP_WORLD_SIZE=%u exceeds WORLD_SIZE=%u",
+        return drt_fail(err, "LOCAL_WORLD_SIZE=%u or GROUP_WORLD_SIZE=%u exceeds WORLD_SIZE=%u",
                     e.local_world_size, e.node_count, e.world_size);
     if (port == 0 || port > 65535)
-        return fail(err, "MASTER_PORT=%u is not a TCP port (1-65535)", port);
+        return drt_fail(err, "MASTER_PORT=%u is not a TCP port (1-65535)", port);
     if (!addr || !*addr || strlen(addr) >= sizeof(e.master_addr))
-        return fail(err, "MASTER_ADDR is %s", addr && *addr ? "longer than 255 characters"
+        return drt_fail(err, "MASTER_ADDR is %s", addr && *addr ? "longer than 255 characters"
                                                             : "not set");
     e.master_port = (uint16_t)port;
     memcpy(e.master_addr, addr, strlen(addr) + 1);

@@ -1,5 +1,6 @@
 /* libddprt internals: the communicator, its channels and the helpers the
- * source files share. Not installed; the library exports only drt_*. */
+ * source files share. Not installed; the library exports only ddprt.h's
+ * functions (runtime/ddprt.map). */
 #ifndef DDPRT_INTERNAL_H
 #define DDPRT_INTERNAL_H
 
@@ -8,9 +9,9 @@
 #include <sys/types.h>
 
 #include "backend.h"
+#include "contract.h" /* DRT_SECRET_LEN, the variables' names, the interface choice */
 #include "ddprt.h"
 
-#define DRT_SECRET_LEN 32        /* bytes of the per-job secret */
 #define DRT_MAGIC 0x64647274u    /* "ddrt" */
 /* bytes of one shared-memory ring: small enough that what one rank writes is
  * still in cache when its peer reads it (256 KiB measured best, 64 KiB-4 MiB) */
@@ -187,5 +188,10 @@ void drt_async_stop(drt_comm_t *c);
 /* gpu.c: the GPU path's state, freed by drt_finalize (after aborting
  * outstanding NCCL work) */
 void gpu_finalize(drt_comm_t *c);
+/* drt_gpu_iallreduce's requests: async.c wraps them, gpu.c polls them */
+struct gpu_req;
+drt_request_t *async_gpu_request(drt_comm_t *c, struct gpu_req *g);
+int gpu_req_test(struct gpu_req *g, int *done, drt_error_t *err);
+int gpu_req_wait(struct gpu_req *g, drt_error_t *err); /* frees g */
 
 #endif

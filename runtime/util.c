@@ -1,5 +1,6 @@
-/* Helpers every part of the runtime uses: errors, log lines, the clock and
- * where a rank runs. The bottom of the library: calls nothing of it. */
+/* Helpers every part of the runtime uses: errors, log lines, the clock,
+ * where a rank runs, the names of algorithms and types. The bottom of the
+ * library: calls nothing of it. */
 #include "internal.h"
 
 #include <arpa/inet.h>
@@ -72,4 +73,35 @@ double drt_now(void)
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+const char *drt_algo_name(drt_algo_t algo)
+{
+    return algo == DRT_ALGO_FLAT ? "flat" : algo == DRT_ALGO_HIER ? "hier" : "auto";
+}
+
+int drt_algo_parse(const char *name, drt_algo_t *algo)
+{
+    static const drt_algo_t all[] = {DRT_ALGO_AUTO, DRT_ALGO_FLAT, DRT_ALGO_HIER};
+
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(name, drt_algo_name(all[i]))) {
+            *algo = all[i];
+            return 0;
+        }
+    return -1;
+}
+
+int drt_dtype_parse(const char *name, drt_dtype_t *t)
+{
+    static const char *const names[] = {[DRT_FLOAT32] = "float32", [DRT_FLOAT64] = "float64",
+                                        [DRT_BFLOAT16] = "bfloat16", [DRT_FLOAT16] = "float16",
+                                        [DRT_INT32] = "int32", [DRT_INT64] = "int64"};
+
+    for (int i = 0; i < 6; i++)
+        if (!strcmp(name, names[i])) {
+            *t = (drt_dtype_t)i;
+            return 0;
+        }
+    return -1;
 }

@@ -5,20 +5,17 @@
 #include "plugin.h"
 
 #include <errno.h>
-#include <ifaddrs.h>
 #include <limits.h>
 #include <net/if.h>
-#include <netdb.h>
-#include <netinet/in.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "contract.h"
 #include "ddptopo.h"
 
 #define MPOL_PREFERRED 1
@@ -189,46 +186,34 @@ static int load_topology(const char *pattern, const char *node_name, char *err, 
     return 0;
 }
 
-static const struct ifaddrs *iface_with(const struct ifaddrs *ifs, in_addr_t addr)
+/* A job variable's value in buf, NULL when unset. One too long for buf is
+ * no interface name: it stays named, so no interface of ours replaces it. */
+static const char *job_value(spank_t sp, const char *name, char *buf, size_t len)
 {
-    for (const struct ifaddrs *i = ifs; i; i = i->ifa_next)
-        if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
-            ((const struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr == addr)
-            return i;
-    return NULL;
+    spank_err_t rc = spank_getenv(sp, name, buf, (int)len);
+
+    if (rc == ESPANK_NOSPACE)
+        return "(too long)";
+    return rc == ESPANK_SUCCESS ? buf : NULL;
 }
 
-/* The interface holding MASTER_ADDR's address (on the master's node, where
- * the route is lo), or routing to it; never a loopback one in a step on
- * several nodes: there MASTER_ADDR resolved to a loopback address on its
- * own node (/etc/hosts' 127.0.1.1), and NCCL or Gloo bound to lo would
- * strand every other node. Left unset, they pick. */
-static void find_ifname(const char *master, unsigned nnodes)
+/* The interface toward MASTER_ADDR by the runtime's own rule
+ * (runtime/contract.h), so NCCL and Gloo take the network the runtime's data
+ * connections take. Only a named or routing interface is exported: where
+ * the rule names none (loopback in a step on several nodes) NCCL and Gloo
+ * pick, and a named one this node lacks is left to fail the program that
+ * uses it (the runtime says so at drt_init). */
+static void find_ifname(spank_t sp, const char *master, unsigned nnodes)
 {
-    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_DGRAM}, *ai;
-    struct sockaddr_in local = {0};
-    socklen_t len = sizeof(local);
-    struct ifaddrs *ifs;
-    const struct ifaddrs *found;
-    int fd;
+    char ddprt[256], gloo[256], err[DDP_ERRLEN];
+    contract_iface_t ifc;
 
     state.ifname[0] = '\0';
-    if (getaddrinfo(master, "9", &hints, &ai) != 0)
-        return;
-    fd = socket(AF_INET, SOCK_DGRAM, 0);
-    if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
-        getsockname(fd, (struct sockaddr *)&local, &len);
-    if (fd >= 0)
-        close(fd);
-    if (getifaddrs(&ifs) == 0) {
-        found = iface_with(ifs, ((struct sockaddr_in *)ai->ai_addr)->sin_addr.s_addr);
-        if (!found)
-            found = iface_with(ifs, local.sin_addr.s_addr);
-        if (found && !(nnodes > 1 && (found->ifa_flags & IFF_LOOPBACK)))
-            snprintf(state.ifname, sizeof(state.ifname), "%s", found->ifa_name);
-        freeifaddrs(ifs);
-    }
-    freeaddrinfo(ai);
+    if (contract_iface_choose(master, nnodes, job_value(sp, DRT_ENV_IFNAME, ddprt, sizeof(ddprt)),
+                              job_value(sp, DRT_ENV_GLOO_IFNAME, gloo, sizeof(gloo)), &ifc, err,
+                              sizeof(err)) == 0 &&
+        (ifc.how == CONTRACT_IF_NAMED || ifc.how == CONTRACT_IF_ROUTE))
+        snprintf(state.ifname, sizeof(state.ifname), "%s", ifc.name);
 }
 
 int ddp_bind_user_init(spank_t sp, const ddp_bind_request_t *req, char *err, size_t errlen)
@@ -242,7 +227,7 @@ int ddp_bind_user_init(spank_t sp, const ddp_bind_request_t *req, char *err, siz
 
     memset(&state, 0, sizeof(state));
     state.bind = req->bind;
-    find_ifname(req->master_addr, req->nnodes);
+    find_ifname(sp, req->master_addr, req->nnodes);
     if (!cpus || load_topology(req->topology, req->node_name, err, errlen) < 0)
         goto fail;
     if ((rc = allocated_gpus(sp, gpus, &ngpus, err, errlen)) < 0)
@@ -283,7 +268,7 @@ static int bind_gpu(spank_t sp, const dt_rank_plan_t *rp)
     /* our indexes are PCI bus order, as NVML and SLURM's gres count */
     rc = ddp_setenvf(sp, "CUDA_DEVICE_ORDER", 1, "PCI_BUS_ID") |
          ddp_setenvf(sp, "CUDA_VISIBLE_DEVICES", 1, "%s", list) |
-         ddp_setenvf(sp, "DDP_TOPO_GPU", 1, "%d", state.node.gpus[rp->gpu].index);
+         ddp_setenvf(sp, DRT_ENV_GPU, 1, "%d", state.node.gpus[rp->gpu].index);
     free(list);
     return rc;
 }
@@ -314,7 +299,7 @@ static int bind_cpu(spank_t sp, const dt_rank_plan_t *rp, int local, char *err, 
         free(cpus);
         return -1;
     }
-    return ddp_setenvf(sp, "OMP_NUM_THREADS", 0, "%u", rp->ncores ? rp->ncores : 1);
+    return ddp_setenvf(sp, DRT_ENV_OMP_THREADS, 0, "%u", rp->ncores ? rp->ncores : 1);
 }
 
 static int bind_mem(const dt_rank_plan_t *rp, int local, char *err, size_t errlen)
@@ -369,13 +354,13 @@ int ddp_bind_task_init(spank_t sp, int local, char *err, size_t errlen)
     }
     rp = &state.plan.ranks[local];
     cpus = cpu_list(rp->cpus);
-    rc = cpus ? ddp_setenvf(sp, "DDP_TOPO_CPUS", 1, "%s", cpus) : -1;
+    rc = cpus ? ddp_setenvf(sp, DRT_ENV_CPUS, 1, "%s", cpus) : -1;
     free(cpus);
     if (rc < 0 ||
-        (rp->nic >= 0 && ddp_setenvf(sp, "DDP_TOPO_NIC", 1, "%s", state.node.nics[rp->nic].name[0]
+        (rp->nic >= 0 && ddp_setenvf(sp, DRT_ENV_NIC, 1, "%s", state.node.nics[rp->nic].name[0]
                               ? state.node.nics[rp->nic].name : state.node.nics[rp->nic].busid) < 0) ||
-        (state.ifname[0] && (ddp_setenvf(sp, "NCCL_SOCKET_IFNAME", 0, "=%s", state.ifname) < 0 ||
-                             ddp_setenvf(sp, "GLOO_SOCKET_IFNAME", 0, "%s", state.ifname) < 0)) ||
+        (state.ifname[0] && (ddp_setenvf(sp, DRT_ENV_NCCL_IFNAME, 0, "=%s", state.ifname) < 0 ||
+                             ddp_setenvf(sp, DRT_ENV_GLOO_IFNAME, 0, "%s", state.ifname) < 0)) ||
         (state.node.source == DT_SOURCE_NCCL_XML &&
          ddp_setenvf(sp, "NCCL_TOPO_FILE", 0, "%s", state.node.path) < 0)) {
         snprintf(err, errlen, "cannot set the binding variables in the task");

@@ -3,9 +3,9 @@
  * the option callback), and give the job its runtime secret. */
 #include "plugin.h"
 
-#include <stdio.h>
 #include <stdlib.h>
-#include <sys/random.h>
+
+#include "contract.h"
 
 static ddp_config_t config;
 static char config_error[DDP_ERRLEN];
@@ -47,8 +47,7 @@ static ddp_mode_t requested_mode(void)
  * sbatch) is kept, so all steps of a job share it. */
 int ddp_local_post_opt(void)
 {
-    unsigned char b[32];
-    char hex[65], warning[DDP_ERRLEN];
+    char hex[2 * DRT_SECRET_LEN + 1], warning[DDP_ERRLEN];
 
     if (requested_mode() == DDP_MODE_OFF)
         return 0;
@@ -59,13 +58,11 @@ int ddp_local_post_opt(void)
     }
     if (ddp_port_range_warning(&config, DDP_EPHEMERAL_PATH, warning, sizeof(warning)))
         slurm_info("ddp-topo: warning: %s", warning);
-    if (getenv("DDPRT_SECRET"))
+    if (getenv(DRT_ENV_SECRET))
         return 0;
-    if (getrandom(b, sizeof(b), 0) != (ssize_t)sizeof(b)) {
-        slurm_error("ddp-topo: cannot make the job's DDPRT_SECRET: no randomness available");
+    if (contract_secret_make(hex, sizeof(hex)) < 0) {
+        slurm_error("ddp-topo: cannot make the job's " DRT_ENV_SECRET ": no randomness available");
         return -1;
     }
-    for (int i = 0; i < 32; i++)
-        snprintf(hex + 2 * i, 3, "%02x", b[i]);
-    return setenv("DDPRT_SECRET", hex, 1);
+    return setenv(DRT_ENV_SECRET, hex, 1);
 }

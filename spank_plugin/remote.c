@@ -21,6 +21,7 @@
 
 #include <slurm/slurm.h>
 
+#include "contract.h"
 #include "ddptopo.h"
 
 /* The longest variable we read from the job (SLURM_STEP_NODELIST, DDP_TOPO,
@@ -225,7 +226,7 @@ static void check_rank0_here(spank_t sp)
 {
     char buf[8]; /* only whether MASTER_ADDR exists: ESPANK_NOSPACE means it does */
 
-    if (step.node_id == 0 || spank_getenv(sp, "MASTER_ADDR", buf, sizeof(buf)) != ESPANK_ENV_NOEXIST)
+    if (step.node_id == 0 || spank_getenv(sp, DRT_ENV_MASTER_ADDR, buf, sizeof(buf)) != ESPANK_ENV_NOEXIST)
         return;
     for (uint32_t local = 0; local < step.local_count; local++) {
         uint32_t global;
@@ -268,22 +269,26 @@ static void find_master_port(spank_t sp)
     }
     step.master_port = dt_master_port(step.job_id, step.step_id, step.restart,
                                       config.port_lo, config.port_hi);
-    if (step.node_id == 0 && spank_getenv(sp, "MASTER_PORT", buf, sizeof(buf)) == ESPANK_ENV_NOEXIST)
+    if (step.node_id == 0 && spank_getenv(sp, DRT_ENV_MASTER_PORT, buf, sizeof(buf)) == ESPANK_ENV_NOEXIST)
         step.port_busy = port_in_use(step.master_port);
 }
 
 static void plan_binding(spank_t sp)
 {
-    char err[DDP_ERRLEN];
+    char err[DDP_ERRLEN], *user = NULL;
     ddp_bind_request_t req = {.topology = config.topology, .node_name = step.node_name,
                               .master_addr = step.master_addr, .nnodes = step.nnodes,
                               .local_count = step.local_count,
                               .bind = ddp_bind_given ? ddp_bind_value : config.bind,
                               .share = step.req.share};
 
+    /* the interface goes toward the MASTER_ADDR the tasks get: a user's wins */
+    if (getenv_alloc(sp, DRT_ENV_MASTER_ADDR, &user) == ESPANK_SUCCESS)
+        req.master_addr = user;
     if (ddp_bind_user_init(sp, &req, err, sizeof(err)) < 0)
         step_fail("binding on %s: %s (--ddp-topo=env sets the environment without binding)",
                   step.node_name, err);
+    free(user);
 }
 
 int ddp_remote_user_init(spank_t sp)
@@ -335,21 +340,21 @@ int ddp_setenvf(spank_t sp, const char *name, int overwrite, const char *fmt, ..
     return -1;
 }
 
+static int set_one(void *sp, const char *name, const char *value)
+{
+    return ddp_setenvf(sp, name, 1, "%s", value);
+}
+
 static int set_task_env(spank_t sp, uint32_t rank, int local)
 {
-    /* A step is one torchrun role, named "default" as torchrun names it. */
-    return ddp_setenvf(sp, "RANK", 1, "%u", rank) | ddp_setenvf(sp, "LOCAL_RANK", 1, "%d", local) |
-           ddp_setenvf(sp, "WORLD_SIZE", 1, "%u", step.world) |
-           ddp_setenvf(sp, "LOCAL_WORLD_SIZE", 1, "%u", step.local_count) |
-           ddp_setenvf(sp, "GROUP_RANK", 1, "%u", step.node_id) |
-           ddp_setenvf(sp, "NODE_RANK", 1, "%u", step.node_id) |
-           ddp_setenvf(sp, "GROUP_WORLD_SIZE", 1, "%u", step.nnodes) |
-           ddp_setenvf(sp, "ROLE_NAME", 1, "default") | ddp_setenvf(sp, "ROLE_RANK", 1, "%u", rank) |
-           ddp_setenvf(sp, "ROLE_WORLD_SIZE", 1, "%u", step.world) |
-           ddp_setenvf(sp, "TORCHELASTIC_RESTART_COUNT", 1, "%u", step.restart) |
-           ddp_setenvf(sp, "MASTER_ADDR", 0, "%s", step.master_addr) |
-           ddp_setenvf(sp, "MASTER_PORT", 0, "%u", step.master_port) |
-           ddp_setenvf(sp, "OMP_NUM_THREADS", 0, "%u", step.cpus_per_task ? step.cpus_per_task : 1);
+    contract_rank_t r = {rank, step.world, (uint32_t)local, step.local_count, step.node_id,
+                         step.nnodes, step.restart};
+
+    /* a user's MASTER_ADDR, MASTER_PORT or OMP_NUM_THREADS is kept */
+    return contract_rank_env(&r, set_one, sp) |
+           ddp_setenvf(sp, DRT_ENV_MASTER_ADDR, 0, "%s", step.master_addr) |
+           ddp_setenvf(sp, DRT_ENV_MASTER_PORT, 0, "%u", step.master_port) |
+           ddp_setenvf(sp, DRT_ENV_OMP_THREADS, 0, "%u", step.cpus_per_task ? step.cpus_per_task : 1);
 }
 
 /* The task's value of a variable, whole (free it), or "?" when unset. */
@@ -363,8 +368,8 @@ static char *effective(spank_t sp, const char *name)
 static void print_task(spank_t sp, uint32_t rank, int local)
 {
     char host[256], binding[512] = "";
-    char *addr = effective(sp, "MASTER_ADDR"), *port = effective(sp, "MASTER_PORT"),
-         *omp = effective(sp, "OMP_NUM_THREADS");
+    char *addr = effective(sp, DRT_ENV_MASTER_ADDR), *port = effective(sp, DRT_ENV_MASTER_PORT),
+         *omp = effective(sp, DRT_ENV_OMP_THREADS);
     const char **warnings;
     unsigned nwarnings = 0;
 

@@ -1,7 +1,8 @@
 /* ddp-allreduce-bench: allreduce bandwidth in the style of nccl-tests'
- * all_reduce_perf. Every iteration's result is checked. */
+ * all_reduce_perf. Every iteration's result is checked. Host buffers here;
+ * device buffers (--device cuda) in bench-gpu.c. */
 #include "config.h"
-#include "ddprt.h"
+#include "bench.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -16,20 +17,15 @@
     "Usage: ddp-allreduce-bench [-b MIN] [-e MAX] [-f FACTOR] [--algo flat|hier|auto]\n" \
     "                           [--dtype float32|float64|bfloat16|float16|int32|int64]\n" \
     "                           [--op sum|avg|min|max] [-w WARMUP] [-n ITERS]\n" \
+    "                           [--device cpu|cuda [--nccl]]\n" \
     "       ddp-allreduce-bench --help | --version\n" \
     "Run under srun --ddp-topo=auto or ddp-run. Sizes in bytes (K, M, G suffixes).\n" \
     "Columns: size, count, type, time (us), algbw and busbw (GB/s; busbw =\n" \
-    "algbw x 2(n-1)/n), #wrong; then the average busbw.\n"
-
-typedef struct {
-    size_t min, max;
-    double factor;
-    int warmup, iters;
-    drt_algo_t algo;
-    drt_dtype_t dtype;
-    drt_op_t op;
-    const char *dtype_name, *op_name;
-} opts_t;
+    "algbw x 2(n-1)/n), #wrong; then the average busbw.\n" \
+    "--device cuda: device buffers on the rank's GPU (drt_gpu_attach), each call\n" \
+    "timed with CUDA events and its result copied back and checked; --algo\n" \
+    "defaults to DDPRT_GPU_ALGO, else flat. --nccl times NCCL's own ncclAllReduce\n" \
+    "the same way, for a side-by-side line.\n"
 
 static double now(void)
 {
@@ -93,12 +89,12 @@ static int parse_count(const char *opt, const char *s, int min, int *v)
 
 /* Input element i of rank r, and the exact expected result: small integers
  * that every type (bfloat16 included) holds exactly for up to 8 ranks. */
-static double input(int r, size_t i)
+double input(int r, size_t i)
 {
     return (double)((r + 1) * (int)(i % 7 + 1));
 }
 
-static double expected(const opts_t *o, int n, size_t i)
+double expected(const opts_t *o, int n, size_t i)
 {
     double k = (double)(i % 7 + 1);
 
@@ -111,7 +107,7 @@ static double expected(const opts_t *o, int n, size_t i)
     }
 }
 
-static void store(void *buf, size_t i, drt_dtype_t t, double v)
+void store(void *buf, size_t i, drt_dtype_t t, double v)
 {
     switch (t) {
     case DRT_FLOAT64: ((double *)buf)[i] = v; break;
@@ -148,24 +144,27 @@ static double load(const void *buf, size_t i, drt_dtype_t t)
     }
 }
 
-static long check(const opts_t *o, const void *recv, size_t count, int n)
+long check(const opts_t *o, const void *recv, size_t count, int n, double rel)
 {
     long wrong = 0;
 
-    for (size_t i = 0; i < count; i++)
-        wrong += fabs(load(recv, i, o->dtype) - expected(o, n, i)) > 1e-9;
+    for (size_t i = 0; i < count; i++) {
+        double want = expected(o, n, i);
+        wrong += fabs(load(recv, i, o->dtype) - want) > 1e-9 + rel * fabs(want) * n;
+    }
     return wrong;
 }
 
 static int parse(int argc, char **argv, opts_t *o)
 {
     static const struct option lo[] = {{"algo", 1, 0, 'a'}, {"dtype", 1, 0, 'd'}, {"op", 1, 0, 'o'},
+                                       {"device", 1, 0, 'D'}, {"nccl", 0, 0, 'N'},
                                        {"help", 0, 0, 'h'}, {"version", 0, 0, 'V'}, {0, 0, 0, 0}};
     static const char *const ops[] = {"sum", "avg", "min", "max"};
-    int c;
+    int c, algo_given = 0;
     char *end;
 
-    *o = (opts_t){8, 64 << 20, 2, 5, 20, DRT_ALGO_AUTO, DRT_FLOAT32, DRT_SUM, "float32", "sum"};
+    *o = (opts_t){8, 64 << 20, 2, 5, 20, DRT_ALGO_AUTO, DRT_FLOAT32, DRT_SUM, "float32", "sum", 0, 0};
     if (getenv("DDPRT_ALGO"))
         drt_algo_parse(getenv("DDPRT_ALGO"), &o->algo);
     while ((c = getopt_long(argc, argv, "b:e:f:w:n:h", lo, NULL)) != -1) {
@@ -181,6 +180,7 @@ static int parse(int argc, char **argv, opts_t *o)
         case 'a':
             if (drt_algo_parse(optarg, &o->algo) < 0)
                 return fprintf(stderr, "ddp-allreduce-bench: --algo '%s': expected flat, hier or auto\n", optarg), -1;
+            algo_given = 1;
             break;
         case 'd':
             if (drt_dtype_parse(optarg, &o->dtype) < 0)
@@ -195,6 +195,12 @@ static int parse(int argc, char **argv, opts_t *o)
             o->op = (drt_op_t)c;
             o->op_name = optarg;
             break;
+        case 'D':
+            if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda"))
+                return fprintf(stderr, "ddp-allreduce-bench: --device '%.40s': expected cpu or cuda\n", optarg), -1;
+            o->cuda = !strcmp(optarg, "cuda");
+            break;
+        case 'N': o->nccl = 1; break;
         case 'h': fputs(USAGE, stdout); exit(0);
         case 'V': puts("ddp-allreduce-bench (ddp-topo) " PACKAGE_VERSION); exit(0);
         default: return -1;
@@ -203,49 +209,68 @@ static int parse(int argc, char **argv, opts_t *o)
     if (o->max < o->min)
         return fprintf(stderr, "ddp-allreduce-bench: -b %zu is above -e %zu (the sizes run from "
                        "-b up to -e)\n", o->min, o->max), -1;
+    if (o->nccl && !o->cuda)
+        return fputs("ddp-allreduce-bench: --nccl times NCCL on device buffers: add --device cuda\n",
+                     stderr), -1;
+    if (o->cuda && !algo_given) { /* the library's default for device buffers */
+        o->algo = DRT_ALGO_FLAT;
+        if (getenv("DDPRT_GPU_ALGO"))
+            drt_algo_parse(getenv("DDPRT_GPU_ALGO"), &o->algo);
+    }
     return 0;
 }
 
-/* One size: warm up, then time and check each iteration. */
+/* Host buffers: warm up, then time and check each iteration. */
+static int cpu_measure(drt_comm_t *c, const opts_t *o, size_t count, double *seconds, long *wrong,
+                       drt_error_t *err)
+{
+    size_t esize = drt_dtype_size(o->dtype);
+    int n = drt_size(c), rc = 0;
+    void *send = malloc(count * esize + 1), *recv = malloc(count * esize + 1);
+
+    if (!send || !recv) {
+        snprintf(err->text, sizeof(err->text), "out of memory for 2 x %zu bytes (lower -e)",
+                 count * esize);
+        rc = -1;
+    }
+    for (size_t i = 0; rc == 0 && i < count; i++)
+        store(send, i, o->dtype, input(drt_rank(c), i));
+    for (int i = 0; rc == 0 && i < o->warmup + o->iters; i++) {
+        double t0;
+        if (drt_barrier(c, err) < 0)
+            rc = -1;
+        t0 = now();
+        if (rc < 0 || drt_allreduce(c, send, recv, count, o->dtype, o->op, err) < 0)
+            rc = -1;
+        else if (i >= o->warmup) {
+            *seconds += now() - t0;
+            *wrong += check(o, recv, count, n, 0);
+        }
+    }
+    *seconds /= o->iters;
+    free(send);
+    free(recv);
+    return rc;
+}
+
+/* One size: measure, then rank 0 prints the row (the slowest rank's time,
+ * every rank's wrong elements). 1 when any was wrong. */
 static int run_size(drt_comm_t *c, const opts_t *o, size_t bytes, double *busbw_sum, int *rows,
                     drt_error_t *err)
 {
-    size_t esize = bytes / (bytes ? bytes : 1), count;
-    int n = drt_size(c), me = drt_rank(c);
+    size_t esize = drt_dtype_size(o->dtype), count = bytes / esize;
+    int n = drt_size(c);
     double t = 0, tmax;
     long wrong = 0;
-    void *send, *recv;
 
-    switch (o->dtype) {
-    case DRT_FLOAT64: case DRT_INT64: esize = 8; break;
-    case DRT_BFLOAT16: case DRT_FLOAT16: esize = 2; break;
-    default: esize = 4;
-    }
-    count = bytes / esize;
-    send = malloc(count * esize + 1);
-    recv = malloc(count * esize + 1);
-    if (!send || !recv)
-        return fprintf(stderr, "ddp-allreduce-bench: out of memory at %zu bytes\n", bytes), -1;
-    for (size_t i = 0; i < count; i++)
-        store(send, i, o->dtype, input(me, i));
-    for (int i = 0; i < o->warmup + o->iters; i++) {
-        double t0;
-        if (drt_barrier(c, err) < 0)
-            goto fail;
-        t0 = now();
-        if (drt_allreduce(c, send, recv, count, o->dtype, o->op, err) < 0)
-            goto fail;
-        if (i >= o->warmup) {
-            t += now() - t0;
-            wrong += check(o, recv, count, n);
-        }
-    }
-    t /= o->iters;
+    if ((o->cuda ? gpu_measure(c, o, count, &t, &wrong, err)
+                 : cpu_measure(c, o, count, &t, &wrong, err)) < 0)
+        return -1;
     tmax = t;
     if (drt_allreduce(c, &t, &tmax, 1, DRT_FLOAT64, DRT_MAX, err) < 0 ||
         drt_allreduce(c, &wrong, &wrong, 1, DRT_INT64, DRT_SUM, err) < 0)
-        goto fail;
-    if (me == 0) {
+        return -1;
+    if (drt_rank(c) == 0) {
         double algbw = (double)(count * esize) / tmax / 1e9, busbw = algbw * 2.0 * (n - 1) / n;
         printf("%12zu %12zu %9s %12.1f %11.3f %11.3f %8ld\n", count * esize, count, o->dtype_name,
                tmax * 1e6, algbw, busbw, wrong);
@@ -253,13 +278,25 @@ static int run_size(drt_comm_t *c, const opts_t *o, size_t bytes, double *busbw_
         *busbw_sum += busbw;
         (*rows)++;
     }
-    free(send);
-    free(recv);
     return wrong ? 1 : 0;
-fail:
-    free(send);
-    free(recv);
-    return -1;
+}
+
+static void header(drt_comm_t *c, const opts_t *o, const char *device)
+{
+    printf("# ddp-allreduce-bench: %d ranks on %d node%s (%d per node), algo %s, %s, op %s%s%s\n"
+           "# %10s %12s %9s %12s %11s %11s %8s\n", drt_size(c), drt_node_count(c),
+           drt_node_count(c) == 1 ? "" : "s", drt_local_size(c),
+           o->nccl ? "ncclAllReduce" : drt_algo_name(o->algo), o->dtype_name, o->op_name,
+           *device ? ", " : "", device, "size(B)", "count", "type", "time(us)", "algbw(GB/s)",
+           "busbw(GB/s)", "#wrong");
+}
+
+static int fail_rank(drt_comm_t *c, const drt_error_t *err)
+{
+    fprintf(stderr, "ddp-allreduce-bench: rank %d: %s\n", drt_rank(c), err->text);
+    gpu_close();
+    drt_finalize(c);
+    return 1;
 }
 
 int main(int argc, char **argv)
@@ -269,6 +306,7 @@ int main(int argc, char **argv)
     drt_error_t err;
     double busbw = 0;
     int rows = 0, bad = 0;
+    char device[400] = "";
 
     if (parse(argc, argv, &o) < 0)
         return 2;
@@ -277,23 +315,19 @@ int main(int argc, char **argv)
         return 1;
     }
     drt_set_algo(c, o.algo);
+    if (o.cuda && gpu_open(c, &o, device, sizeof(device), &err) < 0)
+        return fail_rank(c, &err);
     if (drt_rank(c) == 0)
-        printf("# ddp-allreduce-bench: %d ranks on %d node%s (%d per node), algo %s, %s, op %s\n"
-               "# %10s %12s %9s %12s %11s %11s %8s\n", drt_size(c), drt_node_count(c),
-               drt_node_count(c) == 1 ? "" : "s", drt_local_size(c), drt_algo_name(o.algo),
-               o.dtype_name, o.op_name, "size(B)", "count", "type", "time(us)", "algbw(GB/s)",
-               "busbw(GB/s)", "#wrong");
+        header(c, &o, device);
     for (double b = (double)o.min; b <= (double)o.max; b *= o.factor) {
         int rc = run_size(c, &o, (size_t)b, &busbw, &rows, &err);
-        if (rc < 0) {
-            fprintf(stderr, "ddp-allreduce-bench: rank %d: %s\n", drt_rank(c), err.text);
-            drt_finalize(c);
-            return 1;
-        }
+        if (rc < 0)
+            return fail_rank(c, &err);
         bad |= rc;
     }
     if (drt_rank(c) == 0)
         printf("# Avg bus bandwidth    : %.3f GB/s\n", rows ? busbw / rows : 0);
+    gpu_close();
     drt_finalize(c);
     return bad ? 3 : 0;
 }

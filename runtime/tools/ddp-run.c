@@ -5,6 +5,7 @@
  * and exits with that rank's status. */
 #define _GNU_SOURCE
 #include "config.h"
+#include "contract.h"
 #include "ddprt.h"
 
 #include <ctype.h>
@@ -12,13 +13,13 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <math.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -39,8 +40,10 @@
     "SIGTERM, then SIGKILL after --grace seconds (default 5), and ddp-run exits\n" \
     "with the failed rank's status. SIGINT, SIGTERM and SIGHUP are forwarded;\n" \
     "when ddp-run itself dies (even by SIGKILL) the ranks get SIGKILL. Unless\n" \
-    "MASTER_PORT is set, ddp-run listens on a free port and hands rank 0 the\n" \
-    "listening socket (DDPRT_LISTEN_FD), so no other process can take it.\n"
+    "MASTER_PORT is set, ddp-run listens on a free port of --master-addr\n" \
+    "(default 127.0.0.1) and hands rank 0 the listening socket (DDPRT_LISTEN_FD),\n" \
+    "so no other process can take it; when rank 0 runs in another network\n" \
+    "namespace, set MASTER_PORT.\n"
 
 static pid_t *pids;
 static int nranks;
@@ -94,36 +97,43 @@ static int parse_seconds(const char *opt, const char *s, double *v)
     return 0;
 }
 
-/* Rank 0's rendezvous socket, bound and listening here on a free port, so
- * no other process can take the port before rank 0 uses it. CLOEXEC: only
- * rank 0 gets it, by clearing the flag after fork. Returns the fd, or -1. */
-static int listen_free_port(int *port)
+/* Rank 0's rendezvous socket, bound to MASTER_ADDR and listening on a free
+ * port, so no other process can take the port before rank 0 uses it.
+ * CLOEXEC: only rank 0 gets it, by clearing the flag after fork. Returns
+ * the fd, or -1 with errno (EADDRNOTAVAIL: the address is not one of this
+ * network namespace, so rank 0 will not run here). */
+static int listen_free_port(const char *host, int *port)
 {
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai;
+    struct sockaddr_in a;
     socklen_t len = sizeof(a);
-    int one = 1, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int one = 1, fd;
 
-    if (fd < 0)
+    if (getaddrinfo(host, NULL, &hints, &ai) != 0) {
+        errno = EADDRNOTAVAIL;
+        return -1;
+    }
+    memcpy(&a, ai->ai_addr, sizeof(a));
+    freeaddrinfo(ai);
+    a.sin_port = 0;
+    if ((fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
         return -1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, 1024) < 0 ||
         getsockname(fd, (struct sockaddr *)&a, &len) < 0) {
+        int e = errno;
         close(fd);
+        errno = e;
         return -1;
     }
     *port = ntohs(a.sin_port);
     return fd;
 }
 
-static int make_secret(char *hex)
+static int set_one(void *ctx, const char *name, const char *value)
 {
-    unsigned char b[32];
-
-    if (getrandom(b, sizeof(b), 0) != (ssize_t)sizeof(b))
-        return -1;
-    for (int i = 0; i < 32; i++)
-        sprintf(hex + 2 * i, "%02x", b[i]);
-    return 0;
+    (void)ctx;
+    return setenv(name, value, 1);
 }
 
 static void setenv_num(const char *name, long v)
@@ -170,6 +180,7 @@ static pid_t spawn(int rank, int n, int m, char **argv, int listen_fd)
 {
     int node = 0;
     pid_t pid, parent = getpid();
+    contract_rank_t r;
 
     while (node + 1 < m && first_rank(n, m, node + 1) <= rank)
         node++;
@@ -177,19 +188,12 @@ static pid_t spawn(int rank, int n, int m, char **argv, int listen_fd)
         return pid;
     die_with_parent(parent);
     pass_listener(rank, listen_fd);
-    setenv_num("RANK", rank);
-    setenv_num("ROLE_RANK", rank);
-    setenv_num("WORLD_SIZE", n);
-    setenv_num("ROLE_WORLD_SIZE", n);
-    setenv_num("LOCAL_RANK", rank - first_rank(n, m, node));
-    setenv_num("LOCAL_WORLD_SIZE", first_rank(n, m, node + 1) - first_rank(n, m, node));
-    setenv_num("GROUP_RANK", node);
-    setenv_num("NODE_RANK", node);
+    r = (contract_rank_t){(uint32_t)rank, (uint32_t)n, (uint32_t)(rank - first_rank(n, m, node)),
+                          (uint32_t)(first_rank(n, m, node + 1) - first_rank(n, m, node)),
+                          (uint32_t)node, (uint32_t)m, 0};
+    contract_rank_env(&r, set_one, NULL);
     setenv_num("DDP_RUN_NODE", node);
-    setenv_num("GROUP_WORLD_SIZE", m);
-    setenv("ROLE_NAME", "default", 1);
-    setenv("TORCHELASTIC_RESTART_COUNT", "0", 1);
-    setenv("OMP_NUM_THREADS", "1", 0);
+    setenv(DRT_ENV_OMP_THREADS, "1", 0);
     execvp(argv[0], argv);
     fprintf(stderr, "ddp-run: cannot run '%s': %s (check the program path)\n", argv[0],
             strerror(errno));
@@ -279,36 +283,47 @@ static int parse_args(int argc, char **argv, args_t *a)
 }
 
 /* MASTER_PORT, unless the user set one: a port this process listens on. */
-static int pick_port(int *listen_fd)
+static int pick_port(const char *host, int *listen_fd)
 {
     int port;
 
     *listen_fd = -1;
     unsetenv(DRT_ENV_LISTEN_FD); /* a launcher's above us is not ours to pass on */
-    if (getenv("MASTER_PORT"))
+    if (getenv(DRT_ENV_MASTER_PORT))
         return 0;
-    if ((*listen_fd = listen_free_port(&port)) < 0)
+    if ((*listen_fd = listen_free_port(host, &port)) < 0)
         return -1;
-    setenv_num("MASTER_PORT", port);
+    setenv_num(DRT_ENV_MASTER_PORT, port);
     return 0;
+}
+
+static int port_error(const char *addr)
+{
+    if (errno == EADDRNOTAVAIL)
+        fprintf(stderr, "ddp-run: cannot listen on --master-addr %s: not an address of this "
+                "machine's network namespace (does rank 0 run elsewhere, through a wrapper into "
+                "another namespace? set MASTER_PORT to a port free there)\n", addr);
+    else
+        fprintf(stderr, "ddp-run: cannot listen on a free TCP port: %s (check `ulimit -n`, or "
+                "set MASTER_PORT)\n", strerror(errno));
+    return 2;
 }
 
 int main(int argc, char **argv)
 {
     args_t a;
     int rc = parse_args(argc, argv, &a), listen_fd;
-    char secret[65];
+    char secret[2 * DRT_SECRET_LEN + 1];
     struct sigaction sa = {.sa_handler = forward};
 
     if (rc != 0)
         return rc < 0 ? 2 : 0;
-    if (pick_port(&listen_fd) < 0)
-        return fprintf(stderr, "ddp-run: cannot listen on a free TCP port: %s (check `ulimit -n`, "
-                       "or set MASTER_PORT)\n", strerror(errno)), 2;
-    if (make_secret(secret) < 0)
+    if (pick_port(a.addr, &listen_fd) < 0)
+        return port_error(a.addr);
+    if (contract_secret_make(secret, sizeof(secret)) < 0)
         return fail("cannot make the job's secret", "no randomness available");
-    setenv("MASTER_ADDR", a.addr, 1);
-    setenv("DDPRT_SECRET", secret, 1);
+    setenv(DRT_ENV_MASTER_ADDR, a.addr, 1);
+    setenv(DRT_ENV_SECRET, secret, 1);
     nranks = a.n;
     if (!(pids = calloc((size_t)a.n, sizeof(pid_t))))
         return fail("out of memory", "use fewer ranks");

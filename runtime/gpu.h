@@ -1,0 +1,79 @@
+/* The GPU path's state, shared by gpu.c (the public drt_gpu_* calls, the
+ * communicators, the watchdog) and nccl.c (the NCCL backend of the seam).
+ * Only compiled with the CUDA and NCCL headers (cudaload.h). */
+#ifndef DDPRT_GPU_H
+#define DDPRT_GPU_H
+
+#include "cudaload.h"
+#include "internal.h"
+
+#ifdef CUDALOAD_HEADERS
+enum { GPU_WORLD, GPU_NODE, GPU_RAIL, GPU_GROUPS };
+
+/* one NCCL communicator: a group's impl */
+typedef struct {
+    ncclComm_t comm;  /* NULL once aborted or destroyed */
+    const char *name; /* "world", "node", "rail" */
+} nccl_group_t;
+
+/* GPU work not yet known to be done: the watchdog's list */
+typedef struct {
+    cudaEvent_t done;
+    uint64_t seq;
+    double issued;
+} gpu_work_t;
+
+struct gpu {
+    drt_comm_t *c;
+    const cuda_api_t *api;
+    int device;
+    drt_algo_t algo;
+    nccl_group_t ng[GPU_GROUPS];
+    group_t groups[GPU_GROUPS];
+    coll_set_t set;             /* the groups over NCCL; impl is this struct */
+    /* the current call (one at a time: the caller's thread issues) */
+    cudaStream_t stream;        /* the caller's stream: lane 0 */
+    cudaStream_t cur;           /* where group ops enqueue: stream, or side */
+    cudaStream_t side;          /* lane 1 of the pipelined hier */
+    cudaEvent_t fork, t0, t1;   /* side waits on fork; timers */
+    cudaEvent_t *lane_done;     /* per side call: join(k) waits on [k] */
+    int nlane_done, lane_calls, lane_failed;
+    /* issue: held around every NCCL call on a communicator and while the
+     * watchdog takes them away to abort, so no call sees a freed comm */
+    pthread_mutex_t issue;
+    /* mu: the failure and the work list (watchdog and caller) */
+    pthread_mutex_t mu;
+    int failed;
+    drt_error_t failure;
+    int algo_set;               /* drt_gpu_set_algo called: DDPRT_GPU_ALGO ignored */
+    gpu_work_t *work;
+    size_t nwork, capwork;
+    pthread_t dog;
+    int dog_started, dog_stop;
+};
+
+/* nccl.c: the backend */
+extern const group_ops_t nccl_group_ops;
+extern const set_ops_t nccl_set_ops;
+/* after an NCCL call returned rc on ng (issue held, released here): wait
+ * out ncclInProgress under the deadline; -1 naming what failed */
+int nccl_settle(struct gpu *g, nccl_group_t *ng, ncclResult_t rc, const char *what,
+                drt_error_t *err);
+/* take issue for a call on ng: -1 (not taken) when the path already failed */
+int nccl_begin(struct gpu *g, const nccl_group_t *ng, drt_error_t *err);
+/* poll ev under DDPRT_TIMEOUT (never a blocking CUDA wait) */
+int gpu_wait_event(struct gpu *g, cudaEvent_t ev, const char *what, drt_error_t *err);
+void nccl_lanes_free(struct gpu *g);
+
+/* gpu.c */
+/* record the failure (the first wins), abort every communicator; -1 with
+ * the first failure in err */
+int gpu_fail(struct gpu *g, drt_error_t *err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* the failure so far into err: -1, else 0 */
+int gpu_failed(struct gpu *g, drt_error_t *err);
+/* a short sleep that grows with spins: polls give the CPU back */
+void gpu_idle(unsigned spins);
+#endif
+
+#endif
