@@ -115,7 +115,7 @@ int drt_wait(drt_request_t *r, drt_error_t *err)
     return rc;
 }
 
-static void drain(drt_comm_t *c)
+void async_drain(drt_comm_t *c)
 {
     pthread_mutex_lock(&c->lock);
     while (c->queue_head)
@@ -138,31 +138,31 @@ void drt_async_stop(drt_comm_t *c)
 int drt_allreduce(drt_comm_t *c, const void *send, void *recv, size_t count, drt_dtype_t t,
                   drt_op_t op, drt_error_t *err)
 {
-    drain(c);
+    async_drain(c);
     return coll_allreduce(c, send, recv, count, t, op, err);
 }
 
 int drt_broadcast(drt_comm_t *c, void *buf, size_t bytes, int root, drt_error_t *err)
 {
-    drain(c);
+    async_drain(c);
     return coll_broadcast(c, buf, bytes, root, err);
 }
 
 int drt_allgather(drt_comm_t *c, const void *send, void *recv, size_t bytes, drt_error_t *err)
 {
-    drain(c);
+    async_drain(c);
     return coll_allgather(c, send, recv, bytes, err);
 }
 
 int drt_reduce_scatter(drt_comm_t *c, const void *send, void *recv, size_t count,
                        drt_dtype_t t, drt_op_t op, drt_error_t *err)
 {
-    drain(c);
+    async_drain(c);
     return coll_reduce_scatter(c, send, recv, count, t, op, err);
 }
 
 int drt_barrier(drt_comm_t *c, drt_error_t *err)
 {
-    drain(c);
+    async_drain(c);
     return coll_barrier(c, err);
 }

@@ -19,7 +19,7 @@
  *   cudaGetDeviceCount cudaSetDevice cudaGetDevice cudaGetErrorString
  *   cudaGetLastError cudaRuntimeGetVersion cudaDriverGetVersion
  *   cudaDeviceGetPCIBusId cudaMalloc cudaFree cudaMallocAsync cudaFreeAsync
- *   cudaMemcpy cudaMemcpyAsync
+ *   cudaMemcpy cudaMemcpyAsync cudaHostAlloc cudaFreeHost
  *   cudaMemsetAsync cudaStreamCreateWithFlags cudaStreamDestroy
  *   cudaStreamQuery cudaStreamWaitEvent cudaEventCreateWithFlags
  *   cudaEventDestroy cudaEventRecord cudaEventQuery cudaEventElapsedTime
@@ -44,7 +44,7 @@
     X(cudaGetDeviceCount) X(cudaSetDevice) X(cudaGetDevice) X(cudaGetErrorString) \
     X(cudaGetLastError) X(cudaRuntimeGetVersion) X(cudaDriverGetVersion) \
     X(cudaDeviceGetPCIBusId) X(cudaMalloc) X(cudaFree) X(cudaMallocAsync) X(cudaFreeAsync) \
-    X(cudaMemcpy) X(cudaMemcpyAsync) \
+    X(cudaMemcpy) X(cudaMemcpyAsync) X(cudaHostAlloc) X(cudaFreeHost) \
     X(cudaMemsetAsync) X(cudaStreamCreateWithFlags) X(cudaStreamDestroy) X(cudaStreamQuery) \
     X(cudaStreamWaitEvent) X(cudaEventCreateWithFlags) X(cudaEventDestroy) \
     X(cudaEventRecord) X(cudaEventQuery) X(cudaEventElapsedTime)

@@ -506,6 +506,8 @@ static void set_init(struct gpu *g)
     for (int i = 0; i < GPU_GROUPS; i++)
         g->groups[i] = (group_t){.n = cpu[i]->n, .me = cpu[i]->me, .ranks = cpu[i]->ranks,
                                  .ops = &nccl_group_ops, .impl = &g->ng[i]};
+    if (g->rail_host)
+        g->groups[GPU_RAIL].ops = &staged_rail_ops;
     g->set = (coll_set_t){.c = c, .world = &g->groups[GPU_WORLD], .node = &g->groups[GPU_NODE],
                           .rail = &g->groups[GPU_RAIL], .ops = &nccl_set_ops,
                           .uniform = c->uniform, .nnodes = c->nnodes, .equal_chunks = 1,
@@ -535,8 +537,11 @@ static struct gpu *gpu_state(drt_comm_t *c)
 
 static int env_algo(struct gpu *g, drt_error_t *err)
 {
-    const char *v = getenv("DDPRT_GPU_ALGO");
+    const char *v = getenv("DDPRT_GPU_ALGO"), *r = getenv("DDPRT_GPU_RAIL");
 
+    if (r && *r && strcmp(r, "nccl") && strcmp(r, "host"))
+        return drt_fail(err, "ddprt: DDPRT_GPU_RAIL=%s: not nccl or host", r);
+    g->rail_host = r && !strcmp(r, "host");
     if (g->algo_set || !v || !*v)
         return 0;
     if (drt_algo_parse(v, &g->algo) < 0)
@@ -703,6 +708,7 @@ int drt_gpu_allreduce(drt_comm_t *c, const void *send, void *recv, size_t count,
 
     if (check_args(t, op, err) < 0 || drt_gpu_attach(c, -1, err) < 0)
         return -1;
+    async_drain(c); /* auto's fences and a host rail use the CPU groups */
     g = c->gpu;
     c->seq++;
     if (!count)
@@ -837,6 +843,7 @@ void gpu_finalize(drt_comm_t *c)
         for (size_t i = 0; i < g->nwork; i++)
             g->api->cudaEventDestroy(g->work[i].done);
         nccl_lanes_free(g);
+        nccl_stage_free(g);
         attach_undo(g);
     }
     free(g->work);

@@ -38,6 +38,11 @@ struct gpu {
     cudaEvent_t fork, t0, t1;   /* side waits on fork; timers */
     cudaEvent_t *lane_done;     /* per side call: join(k) waits on [k] */
     int nlane_done, lane_calls, lane_failed;
+    /* DDPRT_GPU_RAIL=host: the rail phase through pinned host memory */
+    unsigned char *stage;       /* pinned, stage_cap bytes */
+    float *widened;             /* 16-bit floats as float32 for the CPU ring */
+    size_t stage_cap, widened_cap;
+    cudaEvent_t stage_ev;
     /* issue: held around every NCCL call on a communicator and while the
      * watchdog takes them away to abort, so no call sees a freed comm */
     pthread_mutex_t issue;
@@ -46,6 +51,7 @@ struct gpu {
     int failed;
     drt_error_t failure;
     int algo_set;               /* drt_gpu_set_algo called: DDPRT_GPU_ALGO ignored */
+    int rail_host;              /* DDPRT_GPU_RAIL=host: staged_rail_ops */
     gpu_work_t *work;
     size_t nwork, capwork;
     pthread_t dog;
@@ -54,6 +60,9 @@ struct gpu {
 
 /* nccl.c: the backend */
 extern const group_ops_t nccl_group_ops;
+/* the rail phase on the CPU backend through host memory (DDPRT_GPU_RAIL=host) */
+extern const group_ops_t staged_rail_ops;
+void nccl_stage_free(struct gpu *g);
 extern const set_ops_t nccl_set_ops;
 /* after an NCCL call returned rc on ng (issue held, released here): wait
  * out ncclInProgress under the deadline; -1 naming what failed */

@@ -184,6 +184,9 @@ int coll_barrier(drt_comm_t *c, drt_error_t *err);
 
 /* async.c */
 void drt_async_stop(drt_comm_t *c);
+/* until every queued non-blocking request is done: before anything else
+ * uses the CPU groups (blocking collectives, the GPU path's fences) */
+void async_drain(drt_comm_t *c);
 
 /* gpu.c: the GPU path's state, freed by drt_finalize (after aborting
  * outstanding NCCL work) */

@@ -222,6 +222,123 @@ static int nccl_broadcast(coll_set_t *s, const group_t *grp, void *buf, size_t b
 const group_ops_t nccl_group_ops = {"nccl", nccl_reduce_scatter, nccl_allgather, nccl_allreduce,
                                     nccl_broadcast};
 
+/* ---- the rail through host memory (DDPRT_GPU_RAIL=host) ----
+ * For GPU nodes whose NICs cannot reach GPU memory (no GPUDirect RDMA), or
+ * where NCCL's network transport is not wanted: the rail phase copies this
+ * rank's span to pinned host memory, runs the CPU backend's rail ring over
+ * TCP, and copies the result back (Horovod's cross-node phase does the
+ * same over MPI). The node phases stay on NCCL. 16-bit floats are widened
+ * to float32 on the host, as on the CPU path. The copies are waited for
+ * (polled, under DDPRT_TIMEOUT), so the pipelined hier runs this phase in
+ * turn with the node phases rather than beside them. */
+static int stage_room(struct gpu *g, size_t bytes, size_t widened, drt_error_t *err)
+{
+    if (bytes > g->stage_cap) {
+        cudaError_t rc;
+        if (g->stage)
+            g->api->cudaFreeHost(g->stage);
+        g->stage = NULL;
+        g->stage_cap = 0;
+        if ((rc = g->api->cudaHostAlloc((void **)&g->stage, bytes, cudaHostAllocDefault)) !=
+            cudaSuccess)
+            return drt_fail(err, "ddprt: cannot pin %zu bytes of host memory for the rail "
+                            "phase: %s", bytes, g->api->cudaGetErrorString(rc));
+        g->stage_cap = bytes;
+    }
+    if (widened > g->widened_cap) {
+        float *w = realloc(g->widened, widened * sizeof(float));
+        if (!w)
+            return drt_fail(err, "out of memory for %zu float32 elements", widened);
+        g->widened = w;
+        g->widened_cap = widened;
+    }
+    if (!g->stage_ev)
+        return cuda_ok(g, g->api->cudaEventCreateWithFlags(&g->stage_ev, cudaEventDisableTiming),
+                       "cudaEventCreateWithFlags", err);
+    return 0;
+}
+
+/* a copy on the current lane, waited for (polled) */
+static int copy_wait(struct gpu *g, void *dst, const void *src, size_t bytes,
+                     enum cudaMemcpyKind kind, drt_error_t *err)
+{
+    const cuda_api_t *a = g->api;
+
+    if (cuda_ok(g, a->cudaMemcpyAsync(dst, src, bytes, kind, g->cur), "cudaMemcpyAsync",
+                err) < 0 ||
+        cuda_ok(g, a->cudaEventRecord(g->stage_ev, g->cur), "cudaEventRecord", err) < 0)
+        return -1;
+    return gpu_wait_event(g, g->stage_ev, "the rail phase's copy through host memory", err);
+}
+
+static int staged_allreduce(coll_set_t *s, const group_t *grp, const coll_args_t *x, size_t off,
+                            drt_error_t *err)
+{
+    struct gpu *g = of(s);
+    drt_comm_t *c = g->c;
+    int half = x->t == DRT_BFLOAT16 || x->t == DRT_FLOAT16;
+    size_t bytes = x->count * x->esize;
+    const unsigned char *in = (x->src ? x->src : x->buf) + off;
+    coll_args_t h = {NULL, NULL, x->count, half ? sizeof(float) : x->esize,
+                     half ? DRT_FLOAT32 : x->t, x->op, x->avg_n};
+
+    (void)grp; /* the CPU rail group: the same ranks in the same order */
+    if (stage_room(g, bytes, half ? x->count : 0, err) < 0 ||
+        copy_wait(g, g->stage, in, bytes, cudaMemcpyDeviceToHost, err) < 0)
+        return -1;
+    h.buf = half ? (unsigned char *)g->widened : g->stage;
+    if (half)
+        drt_to_f32(g->widened, g->stage, x->count, x->t);
+    if (c->rail.ops->allreduce(&c->cpu, &c->rail, &h, 0, err) < 0)
+        return gpu_fail(g, err, "%s", err->text); /* the peers' NCCL phases must stop too */
+    if (half)
+        drt_from_f32(g->stage, g->widened, x->count, x->t);
+    return copy_wait(g, x->buf + off, g->stage, bytes, cudaMemcpyHostToDevice, err);
+}
+
+/* algo.c asks a rail group for its allreduce only */
+static int staged_only(drt_error_t *err)
+{
+    return drt_fail(err, "ddprt: the host-staged rail group runs allreduce only");
+}
+
+static int staged_rs(coll_set_t *s, const group_t *grp, const coll_args_t *x, const span_t *sp,
+                     drt_error_t *err)
+{
+    (void)s, (void)grp, (void)x, (void)sp;
+    return staged_only(err);
+}
+
+static int staged_ag(coll_set_t *s, const group_t *grp, unsigned char *buf, const span_t *sp,
+                     size_t esize, drt_error_t *err)
+{
+    (void)s, (void)grp, (void)buf, (void)sp, (void)esize;
+    return staged_only(err);
+}
+
+static int staged_bcast(coll_set_t *s, const group_t *grp, void *buf, size_t bytes, int root,
+                        drt_error_t *err)
+{
+    (void)s, (void)grp, (void)buf, (void)bytes, (void)root;
+    return staged_only(err);
+}
+
+const group_ops_t staged_rail_ops = {"nccl node + TCP rail", staged_rs, staged_ag,
+                                     staged_allreduce, staged_bcast};
+
+void nccl_stage_free(struct gpu *g)
+{
+    if (g->stage)
+        g->api->cudaFreeHost(g->stage);
+    if (g->stage_ev)
+        g->api->cudaEventDestroy(g->stage_ev);
+    free(g->widened);
+    g->stage = NULL;
+    g->widened = NULL;
+    g->stage_ev = NULL;
+    g->stage_cap = g->widened_cap = 0;
+}
+
 /* ---- device memory, fences, timers: stream-ordered on lane 0 ---- */
 
 static void *gpu_alloc(coll_set_t *s, size_t bytes, drt_error_t *err)
