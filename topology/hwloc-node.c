@@ -393,8 +393,7 @@ static int sets_complete(xmlNode *n, const char *path, dt_error_t *err)
 
 static int check_sets(const xml_src_t *xml, dt_error_t *err)
 {
-    xmlDoc *doc = xmlReadMemory(xml->buf, (int)xml->len, NULL, NULL,
-                                XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
+    xmlDoc *doc = topo_xml_read(xml->buf, xml->len);
     int rc;
 
     if (!doc) {
@@ -405,6 +404,18 @@ static int check_sets(const xml_src_t *xml, dt_error_t *err)
     rc = sets_complete(xmlDocGetRootElement(doc), xml->path, err);
     xmlFreeDoc(doc);
     return rc;
+}
+
+/* hwloc's XML plugin points libxml2's generic error handler at a function
+ * of its own and leaves it there when hwloc unloads the plugin (destroying
+ * the last topology): the next libxml2 error anywhere in the process then
+ * jumps into unmapped memory (the fuzzer found it; hwloc 2.9's
+ * topology-xml-libxml.c). So every topology ends here, and the handler
+ * goes back to libxml2's own. */
+static void close_topology(hwloc_topology_t topo)
+{
+    hwloc_topology_destroy(topo);
+    xmlSetGenericErrorFunc(NULL, NULL);
 }
 
 static int open_topology(hwloc_topology_t *topo, const xml_src_t *xml, dt_error_t *err)
@@ -429,7 +440,7 @@ static int open_topology(hwloc_topology_t *topo, const xml_src_t *xml, dt_error_
                         "(malformed or truncated?)", xml->path);
         else
             topo_seterr(err, "hwloc: discovery of this machine failed: %s", strerror(errno));
-        hwloc_topology_destroy(*topo);
+        close_topology(*topo);
         return -1;
     }
     return 0;
@@ -449,7 +460,7 @@ static int load(dt_node_t *node, const xml_src_t *xml, dt_error_t *err)
     rc = from_hwloc(node, topo, err);
     if (rc == 0 && !xml)
         topo_nvml_augment(node);
-    hwloc_topology_destroy(topo);
+    close_topology(topo);
     if (rc < 0)
         dt_node_free(node);
     return rc;
@@ -512,7 +523,7 @@ int dt_node_export_live(const char *path, dt_error_t *err)
         return -1;
     hwloc_distances_get_by_name(topo, "NVLinkBandwidth", &had_nvlink, NULL, 0);
     if (from_hwloc(&node, topo, err) < 0) {
-        hwloc_topology_destroy(topo);
+        close_topology(topo);
         return -1;
     }
     if (topo_nvml_augment(&node) && annotate_nvml(topo, &node, had_nvlink > 0) < 0)
@@ -521,6 +532,6 @@ int dt_node_export_live(const char *path, dt_error_t *err)
     rc = hwloc_topology_export_xml(topo, path, 0);
     if (rc < 0)
         topo_seterr(err, "cannot write topology to '%.300s': %s", path, strerror(errno));
-    hwloc_topology_destroy(topo);
+    close_topology(topo);
     return rc;
 }

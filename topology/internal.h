@@ -7,6 +7,8 @@
 
 void topo_seterr(dt_error_t *err, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* nccl-node.c: parse XML from memory (no network, silent; hwloc-node.c too) */
+struct _xmlDoc *topo_xml_read(const char *buf, size_t len);
 /* Append a formatted string to a malloc'd vector (warnings). */
 void topo_strv_addf(char ***v, unsigned *n, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

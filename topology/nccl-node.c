@@ -398,6 +398,26 @@ static int load_system(loader_t *l, xmlNodePtr root)
     return add_cores(node) < 0 || add_nvlink(l, root) < 0 ? -1 : 0;
 }
 
+static void xml_silent(void *ctx, const char *msg, ...)
+{
+    (void)ctx;
+    (void)msg;
+}
+
+/* Our parses: no network, no messages on stderr (errors come back through
+ * xmlGetLastError), and libxml2's generic error handler left as libxml2's
+ * own afterwards (close_topology in hwloc-node.c says why that matters). */
+xmlDoc *topo_xml_read(const char *buf, size_t len)
+{
+    xmlDoc *doc;
+
+    xmlSetGenericErrorFunc(NULL, xml_silent);
+    doc = xmlReadMemory(buf, (int)len, NULL, NULL,
+                        XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
+    xmlSetGenericErrorFunc(NULL, NULL);
+    return doc;
+}
+
 int topo_load_nccl_xml(dt_node_t *node, const char *path, const char *buf, size_t len,
                        dt_error_t *err)
 {
@@ -411,8 +431,7 @@ int topo_load_nccl_xml(dt_node_t *node, const char *path, const char *buf, size_
     snprintf(node->path, sizeof(node->path), "%s", path);
     /* no network, no entity substitution, no DTD loading: dt_node_load_file
      * refused any DOCTYPE, so an entity reference is an error here */
-    doc = xmlReadMemory(buf, (int)len, NULL, NULL,
-                        XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
+    doc = topo_xml_read(buf, len);
     if (!doc) {
         const xmlError *e = xmlGetLastError();
         const char *msg = e && e->message ? e->message : "parse error";
