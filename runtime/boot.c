@@ -1,4 +1,5 @@
-/* Bootstrap over TCP: every rank tells rank 0 (at MASTER_ADDR:MASTER_PORT)
+/* Bootstrap over TCP: every rank tells rank 0 (at MASTER_ADDR:DDPRT_PORT,
+ * else MASTER_ADDR:MASTER_PORT)
  * where it listens, rank 0 answers everyone with the whole table (one
  * gather, one broadcast), then each rank connects to the peers its rings
  * need on other nodes. Every connection is mutually authenticated (auth.c):
@@ -99,7 +100,16 @@ static int take_rank(void *ctx, int fd, const auth_session_t *s, const hello_t *
     return ++g->got == g->c->size;
 }
 
-/* MASTER_PORT, retried while something else holds it: a stranger's
+/* The variable that named the rendezvous port, for messages: DDPRT_PORT
+ * when the launcher set it (env.c), else MASTER_PORT. */
+static const char *port_var(void)
+{
+    const char *v = getenv(DRT_ENV_PORT);
+
+    return v && *v ? DRT_ENV_PORT : DRT_ENV_MASTER_PORT;
+}
+
+/* The rendezvous port, retried while something else holds it: a stranger's
  * socket, or the remains of one (a connection it accepted lingers for up to
  * a minute), may go away before the other ranks give up. */
 static int listen_retrying(const drt_comm_t *c, double deadline, drt_error_t *err)
@@ -107,13 +117,13 @@ static int listen_retrying(const drt_comm_t *c, double deadline, drt_error_t *er
     int warned = 0;
 
     for (;;) {
-        int fd = net_listen(c->env.master_port, NULL, err);
+        int fd = net_listen(c->env.runtime_port, NULL, err);
         if (fd >= 0 || errno != EADDRINUSE || drt_now() + 0.2 >= deadline)
             return fd;
         if (!warned++)
-            drt_warn(c, "MASTER_PORT %u is in use on this node by a process outside this "
-                     "job; retrying until %.0f s (DDPRT_TIMEOUT) have passed",
-                     c->env.master_port, c->timeout);
+            drt_warn(c, "%s %u is in use on this node by a process outside this "
+                     "job; retrying until %.0f s (DDPRT_TIMEOUT) have passed", port_var(),
+                     c->env.runtime_port, c->timeout);
         struct timespec ts = {0, 200000000};
         nanosleep(&ts, NULL);
     }
@@ -121,7 +131,7 @@ static int listen_retrying(const drt_comm_t *c, double deadline, drt_error_t *er
 
 /* The rendezvous socket: the one a launcher bound for rank 0 and passed in
  * DDPRT_LISTEN_FD (no window in which another process can take the port),
- * when it is a listening socket on MASTER_PORT; else a new one. */
+ * when it is a listening socket on the rendezvous port; else a new one. */
 static int master_listener(const drt_comm_t *c, double deadline, drt_error_t *err)
 {
     const char *v = getenv(DRT_ENV_LISTEN_FD);
@@ -137,7 +147,7 @@ static int master_listener(const drt_comm_t *c, double deadline, drt_error_t *er
         fstat(fd = (int)x, &st) == 0 && S_ISSOCK(st.st_mode) &&
         getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &on, &onlen) == 0 && on &&
         getsockname(fd, (struct sockaddr *)&a, &len) == 0 && a.sin_family == AF_INET &&
-        ntohs(a.sin_port) == c->env.master_port) {
+        ntohs(a.sin_port) == c->env.runtime_port) {
         fcntl(fd, F_SETFD, FD_CLOEXEC);
         fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
         return fd;
@@ -181,7 +191,7 @@ static int gather_as_root(drt_comm_t *c, int port, uint32_t ip, endpoint_t *tab,
         list_missing(seen, c->size, missing, sizeof(missing));
         drt_fail(err, "bootstrap: rank%s %s never arrived at %s:%u within %.0f s (DDPRT_TIMEOUT)",
                  strchr(missing, ',') ? "s" : "", missing, c->env.master_addr,
-                 c->env.master_port, c->timeout);
+                 c->env.runtime_port, c->timeout);
         goto out;
     }
     rc = send_tables(c, &g, deadline, err);
@@ -209,7 +219,7 @@ static int gather_as_client(drt_comm_t *c, int port, uint32_t ip, endpoint_t *ta
     int fd;
 
     hello_fill(c, &h, port, ip);
-    fd = auth_connect(c, c->env.master_addr, c->env.master_port, AUTH_BOOT, &h, deadline, &s, &why);
+    fd = auth_connect(c, c->env.master_addr, c->env.runtime_port, AUTH_BOOT, &h, deadline, &s, &why);
     if (fd < 0 && !strncmp(why.text, "cannot resolve", 14))
         return drt_fail(err, "bootstrap: MASTER_ADDR: %.200s (set it to a name or IPv4 address "
                         "that every node resolves)", why.text);
@@ -217,17 +227,17 @@ static int gather_as_client(drt_comm_t *c, int port, uint32_t ip, endpoint_t *ta
         return drt_fail(err, "bootstrap: %s", why.text);
     if (fd < 0)
         return drt_fail(err, "bootstrap: rank 0 at %s:%u did not answer within %.0f s "
-                        "(DDPRT_TIMEOUT)", c->env.master_addr, c->env.master_port, c->timeout);
+                        "(DDPRT_TIMEOUT)", c->env.master_addr, c->env.runtime_port, c->timeout);
     if (net_recv_all(fd, tab, bytes, deadline) < 0 || net_recv_all(fd, mac, sizeof(mac), deadline) < 0) {
         close(fd);
         return drt_fail(err, "bootstrap: rank 0 at %s:%u closed the connection or timed out "
                         "(other ranks missing? the same WORLD_SIZE everywhere?)",
-                        c->env.master_addr, c->env.master_port);
+                        c->env.master_addr, c->env.runtime_port);
     }
     close(fd);
     if (!auth_check(c, "ddprt table", &s, sizeof(s), tab, bytes, mac))
         return drt_fail(err, "bootstrap: the table from %s:%u fails its check (corrupted in "
-                        "transit?)", c->env.master_addr, c->env.master_port);
+                        "transit?)", c->env.master_addr, c->env.runtime_port);
     return 0;
 }
 
@@ -372,7 +382,7 @@ int boot_exchange(drt_comm_t *c, drt_error_t *err)
     if (!tab || lfd < 0 || choose_ip(c, &ip, err) < 0)
         goto out;
     drt_log(c, pmix_wanted() ? "bootstrap through PMIx" : "bootstrap through TCP at %s:%u",
-            c->env.master_addr, c->env.master_port);
+            c->env.master_addr, c->env.runtime_port);
     if ((pmix_wanted() ? gather_pmix(c, port, ip, tab, err)
          : c->rank == 0 ? gather_as_root(c, port, ip, tab, err)
                         : gather_as_client(c, port, ip, tab, err)) < 0)

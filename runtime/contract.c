@@ -6,6 +6,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
@@ -33,6 +34,33 @@ int contract_rank_env(const contract_rank_t *r, contract_set_fn set, void *ctx)
            set_u32(set, ctx, DRT_ENV_ROLE_RANK, r->rank) |
            set_u32(set, ctx, DRT_ENV_ROLE_WORLD_SIZE, r->world) |
            set_u32(set, ctx, DRT_ENV_RESTART_COUNT, r->restart);
+}
+
+/* Sets name to value unless the rank's environment has it already. */
+static int set_default(contract_get_fn get, contract_set_fn set, void *ctx, const char *name,
+                       const char *value)
+{
+    return get(ctx, name) ? 0 : set(ctx, name, value);
+}
+
+int contract_elastic_env(const char *run_id, contract_get_fn get, contract_set_fn set, void *ctx)
+{
+    const char *async = get(ctx, DRT_ENV_TORCH_NCCL_ASYNC);
+    char *copy;
+    int rc;
+
+    if (!async)
+        async = get(ctx, DRT_ENV_NCCL_ASYNC);
+    /* a copy: setting one variable may move the other's storage (setenv) */
+    if (!(copy = strdup(async ? async : "1")))
+        return -1;
+    rc = set_default(get, set, ctx, DRT_ENV_RUN_ID, run_id) |
+         set_default(get, set, ctx, DRT_ENV_MAX_RESTARTS, "0") |
+         set_default(get, set, ctx, DRT_ENV_USE_AGENT_STORE, "False") |
+         set_default(get, set, ctx, DRT_ENV_NCCL_ASYNC, copy) |
+         set_default(get, set, ctx, DRT_ENV_TORCH_NCCL_ASYNC, copy);
+    free(copy);
+    return rc;
 }
 
 int contract_secret_make(char *hex, size_t len)

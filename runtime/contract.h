@@ -24,7 +24,17 @@
 #define DRT_ENV_RESTART_COUNT "TORCHELASTIC_RESTART_COUNT"
 #define DRT_ENV_MASTER_ADDR "MASTER_ADDR"
 #define DRT_ENV_MASTER_PORT "MASTER_PORT"
+/* The TCP port of libddprt's own rendezvous on MASTER_ADDR, apart from
+ * MASTER_PORT, which torch's TCPStore (rank 0) listens on: two listeners
+ * on one port race (issue 10). Unset: the runtime uses MASTER_PORT. */
+#define DRT_ENV_PORT "DDPRT_PORT"
 #define DRT_ENV_OMP_THREADS "OMP_NUM_THREADS"
+/* the rest of what torch's elastic agent sets (local_elastic_agent.py) */
+#define DRT_ENV_RUN_ID "TORCHELASTIC_RUN_ID"
+#define DRT_ENV_MAX_RESTARTS "TORCHELASTIC_MAX_RESTARTS"
+#define DRT_ENV_USE_AGENT_STORE "TORCHELASTIC_USE_AGENT_STORE"
+#define DRT_ENV_NCCL_ASYNC "NCCL_ASYNC_ERROR_HANDLING"
+#define DRT_ENV_TORCH_NCCL_ASYNC "TORCH_NCCL_ASYNC_ERROR_HANDLING"
 /* the job's secret: DRT_SECRET_LEN random bytes as 2 * DRT_SECRET_LEN hex digits */
 #define DRT_ENV_SECRET "DDPRT_SECRET"
 #define DRT_SECRET_LEN 32
@@ -48,6 +58,21 @@ typedef int (*contract_set_fn)(void *ctx, const char *name, const char *value);
 /* torchrun's per-rank variables, RANK to TORCHELASTIC_RESTART_COUNT (one
  * step is one role, "default"); every one is tried, -1 if any failed. */
 int contract_rank_env(const contract_rank_t *r, contract_set_fn set, void *ctx);
+
+/* Reads a variable of the rank's environment: its value, or NULL. */
+typedef const char *(*contract_get_fn)(void *ctx, const char *name);
+
+/* The elastic agent's other variables, as torchrun 1.13 sets them, each
+ * only where the rank's environment lacks it (a user's value wins):
+ * TORCHELASTIC_RUN_ID=run_id, TORCHELASTIC_MAX_RESTARTS=0 (no launcher
+ * restarts workers; a SLURM requeue restarts the job and counts in
+ * TORCHELASTIC_RESTART_COUNT), TORCHELASTIC_USE_AGENT_STORE=False (no agent
+ * store: rank 0's TCPStore on MASTER_PORT), and NCCL_ASYNC_ERROR_HANDLING
+ * with its newer name TORCH_NCCL_ASYNC_ERROR_HANDLING, both 1 unless one is
+ * set, whose value the other then takes (newer torch reads the new name
+ * first: a user's 0 under either name stays 0). `set` overwrites; -1 if
+ * any failed. */
+int contract_elastic_env(const char *run_id, contract_get_fn get, contract_set_fn set, void *ctx);
 
 /* A fresh job secret in hex (2 * DRT_SECRET_LEN digits and a NUL), from
  * getrandom(2); -1 when the kernel has no randomness to give. */

@@ -20,9 +20,10 @@ typedef struct {
     char text[320];
 } drt_error_t;
 
-/* A launcher that picked MASTER_PORT may bind and listen on it itself and
- * hand rank 0 the listening socket's descriptor in this variable, so no
- * other process can take the port between the two (ddp-run does). */
+/* A launcher that picked the runtime's port (DDPRT_PORT, else MASTER_PORT)
+ * may bind and listen on it itself and hand rank 0 the listening socket's
+ * descriptor in this variable, so no other process can take the port
+ * between the two (ddp-run does). */
 #define DRT_ENV_LISTEN_FD "DDPRT_LISTEN_FD"
 
 typedef struct {
@@ -32,11 +33,15 @@ typedef struct {
     uint32_t restart_count;         /* TORCHELASTIC_RESTART_COUNT, 0 when unset */
     char master_addr[256];
     uint16_t master_port;
+    /* DDPRT_PORT, else master_port: where libddprt's rank 0 listens. Added
+     * in the tail padding, so sizeof(drt_env_t) and every other offset are
+     * unchanged (env.c asserts it). */
+    uint16_t runtime_port;
 } drt_env_t;
 
 /* Read the contract with `get` (getenv, or a lookup of the caller's) and
  * check it is consistent: every variable present and numeric, ranks within
- * their sizes, MASTER_PORT a valid port. Returns 0, or -1 with a message
+ * their sizes, MASTER_PORT (and DDPRT_PORT when set) a valid port. Returns 0, or -1 with a message
  * naming the variable and what is wrong. */
 int drt_env_load(drt_env_t *env, const char *(*get)(const char *name), drt_error_t *err);
 

@@ -4,6 +4,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,11 +36,23 @@ static int check_below(const char *a, uint32_t av, const char *b, uint32_t bv, d
     return drt_fail(err, "%s=%u is not below %s=%u (the launcher's variables disagree)", a, av, b, bv);
 }
 
+/* runtime_port fills what was tail padding: programs built against the
+ * header without it pass a struct of the same size. */
+_Static_assert(sizeof(drt_env_t) == 288 && offsetof(drt_env_t, runtime_port) == 286,
+               "drt_env_t's size or layout changed: that breaks libddprt's ABI");
+
+static int check_port(const char *name, uint32_t port, drt_error_t *err)
+{
+    if (port == 0 || port > 65535)
+        return drt_fail(err, "%s=%u is not a TCP port (1-65535)", name, port);
+    return 0;
+}
+
 int drt_env_load(drt_env_t *env, const char *(*get)(const char *name), drt_error_t *err)
 {
     drt_env_t e = {0};
     const char *addr = get(DRT_ENV_MASTER_ADDR);
-    uint32_t port;
+    uint32_t port, runtime_port;
 
     if (get_u32(get, DRT_ENV_RANK, 1, &e.rank, err) ||
         get_u32(get, DRT_ENV_WORLD_SIZE, 1, &e.world_size, err) ||
@@ -48,7 +61,8 @@ int drt_env_load(drt_env_t *env, const char *(*get)(const char *name), drt_error
         get_u32(get, DRT_ENV_GROUP_RANK, 1, &e.node_rank, err) ||
         get_u32(get, DRT_ENV_GROUP_WORLD_SIZE, 1, &e.node_count, err) ||
         get_u32(get, DRT_ENV_RESTART_COUNT, 0, &e.restart_count, err) ||
-        get_u32(get, DRT_ENV_MASTER_PORT, 1, &port, err))
+        get_u32(get, DRT_ENV_MASTER_PORT, 1, &port, err) ||
+        get_u32(get, DRT_ENV_PORT, 0, &runtime_port, err))
         return -1;
     if (check_below(DRT_ENV_RANK, e.rank, DRT_ENV_WORLD_SIZE, e.world_size, err) ||
         check_below(DRT_ENV_LOCAL_RANK, e.local_rank, DRT_ENV_LOCAL_WORLD_SIZE,
@@ -58,12 +72,14 @@ int drt_env_load(drt_env_t *env, const char *(*get)(const char *name), drt_error
     if (e.local_world_size > e.world_size || e.node_count > e.world_size)
         return drt_fail(err, "LOCAL_WORLD_SIZE=%u or GROUP_WORLD_SIZE=%u exceeds WORLD_SIZE=%u",
                     e.local_world_size, e.node_count, e.world_size);
-    if (port == 0 || port > 65535)
-        return drt_fail(err, "MASTER_PORT=%u is not a TCP port (1-65535)", port);
+    if (check_port(DRT_ENV_MASTER_PORT, port, err) ||
+        (get(DRT_ENV_PORT) && *get(DRT_ENV_PORT) && check_port(DRT_ENV_PORT, runtime_port, err)))
+        return -1;
     if (!addr || !*addr || strlen(addr) >= sizeof(e.master_addr))
         return drt_fail(err, "MASTER_ADDR is %s", addr && *addr ? "longer than 255 characters"
                                                             : "not set");
     e.master_port = (uint16_t)port;
+    e.runtime_port = (uint16_t)(runtime_port ? runtime_port : port);
     memcpy(e.master_addr, addr, strlen(addr) + 1);
     *env = e;
     return 0;

@@ -36,7 +36,9 @@ typedef struct {
     char master_addr[256];
     char node_name[256];
     uint16_t master_port;
+    uint16_t runtime_port; /* DDPRT_PORT; 0 when port_range has no room for it */
     bool port_busy; /* the derived port is already bound on this node */
+    bool runtime_busy; /* the same for DDPRT_PORT */
 } step_t;
 
 static ddp_config_t config;
@@ -219,14 +221,20 @@ static int find_master_addr(spank_t sp)
     return rc;
 }
 
+/* Whether the task environment holds name (ESPANK_NOSPACE: it does). */
+static bool task_has(spank_t sp, const char *name)
+{
+    char buf[8];
+
+    return spank_getenv(sp, name, buf, sizeof(buf)) != ESPANK_ENV_NOEXIST;
+}
+
 /* With -m arbitrary rank 0 may run on another node than the step's first;
  * the node that holds it can tell, and fails rather than let every rank
  * wait for a TCPStore that never starts. */
 static void check_rank0_here(spank_t sp)
 {
-    char buf[8]; /* only whether MASTER_ADDR exists: ESPANK_NOSPACE means it does */
-
-    if (step.node_id == 0 || spank_getenv(sp, DRT_ENV_MASTER_ADDR, buf, sizeof(buf)) != ESPANK_ENV_NOEXIST)
+    if (step.node_id == 0 || task_has(sp, DRT_ENV_MASTER_ADDR))
         return;
     for (uint32_t local = 0; local < step.local_count; local++) {
         uint32_t global;
@@ -254,23 +262,33 @@ static bool port_in_use(uint16_t port)
     return busy;
 }
 
-static void find_master_port(spank_t sp)
+/* MASTER_PORT the first reserved port, DDPRT_PORT the second; each derived
+ * from port_range when SLURM reserved none (or just one, for DDPRT_PORT). */
+static void find_ports(spank_t sp)
 {
-    char buf[8]; /* only whether MASTER_PORT exists, as in check_rank0_here */
     spank_err_t rc;
     char *resv = getenv_or_fail(sp, "SLURM_STEP_RESV_PORTS", &rc);
     dt_error_t err;
+    int second = 1;
 
-    if (resv || rc != ESPANK_ENV_NOEXIST) {
-        if (resv && dt_resv_ports_first(resv, &step.master_port, &err) < 0)
-            step_fail("MASTER_PORT: %s (report this to your admin)", err.text);
-        free(resv);
+    if (resv && (dt_resv_ports_first(resv, &step.master_port, &err) < 0 ||
+                 (second = dt_resv_ports_nth(resv, 1, &step.runtime_port, &err)) < 0))
+        step_fail("SLURM_STEP_RESV_PORTS: %s (report this to your admin)", err.text);
+    free(resv);
+    if (step.error[0])
         return;
-    }
-    step.master_port = dt_master_port(step.job_id, step.step_id, step.restart,
-                                      config.port_lo, config.port_hi);
-    if (step.node_id == 0 && spank_getenv(sp, DRT_ENV_MASTER_PORT, buf, sizeof(buf)) == ESPANK_ENV_NOEXIST)
+    if (!resv)
+        step.master_port = dt_master_port(step.job_id, step.step_id, step.restart,
+                                          config.port_lo, config.port_hi);
+    if (second)
+        step.runtime_port = dt_runtime_port(step.job_id, step.step_id, step.restart,
+                                            config.port_lo, config.port_hi);
+    if (step.node_id != 0)
+        return;
+    if (!resv && !task_has(sp, DRT_ENV_MASTER_PORT))
         step.port_busy = port_in_use(step.master_port);
+    if (second && step.runtime_port && !task_has(sp, DRT_ENV_PORT))
+        step.runtime_busy = port_in_use(step.runtime_port);
 }
 
 static void plan_binding(spank_t sp)
@@ -311,7 +329,7 @@ int ddp_remote_user_init(spank_t sp)
     if (step.error[0] || read_items(sp) < 0 || find_master_addr(sp) < 0)
         return 0;
     check_rank0_here(sp);
-    find_master_port(sp);
+    find_ports(sp);
     if (step.req.mode == DDP_MODE_AUTO)
         plan_binding(sp);
     return 0;
@@ -345,16 +363,50 @@ static int set_one(void *sp, const char *name, const char *value)
     return ddp_setenvf(sp, name, 1, "%s", value);
 }
 
+/* contract_elastic_env's reader: the task's value, valid until the next
+ * call (the last one is freed by set_task_env). */
+typedef struct {
+    spank_t sp;
+    char *last;
+} task_env_t;
+
+static const char *get_task(void *ctx, const char *name)
+{
+    task_env_t *t = ctx;
+
+    free(t->last);
+    t->last = NULL;
+    if (getenv_alloc(t->sp, name, &t->last) != ESPANK_SUCCESS)
+        t->last = NULL;
+    return t->last;
+}
+
+/* Keeps an existing value even where get_task could not read it (longer
+ * than getenv_alloc reads): a user's value wins. */
+static int set_task(void *ctx, const char *name, const char *value)
+{
+    return ddp_setenvf(((task_env_t *)ctx)->sp, name, 0, "%s", value);
+}
+
 static int set_task_env(spank_t sp, uint32_t rank, int local)
 {
     contract_rank_t r = {rank, step.world, (uint32_t)local, step.local_count, step.node_id,
                          step.nnodes, step.restart};
+    task_env_t t = {sp, NULL};
+    char run_id[16];
+    int rc;
 
-    /* a user's MASTER_ADDR, MASTER_PORT or OMP_NUM_THREADS is kept */
-    return contract_rank_env(&r, set_one, sp) |
-           ddp_setenvf(sp, DRT_ENV_MASTER_ADDR, 0, "%s", step.master_addr) |
-           ddp_setenvf(sp, DRT_ENV_MASTER_PORT, 0, "%u", step.master_port) |
-           ddp_setenvf(sp, DRT_ENV_OMP_THREADS, 0, "%u", step.cpus_per_task ? step.cpus_per_task : 1);
+    /* torchrun's run id is the rendezvous id, "the job id" in its docs */
+    snprintf(run_id, sizeof(run_id), "%u", step.job_id);
+    /* a user's MASTER_ADDR, MASTER_PORT, DDPRT_PORT, OMP_NUM_THREADS or
+     * elastic variable is kept */
+    rc = contract_rank_env(&r, set_one, sp) | contract_elastic_env(run_id, get_task, set_task, &t) |
+         ddp_setenvf(sp, DRT_ENV_MASTER_ADDR, 0, "%s", step.master_addr) |
+         ddp_setenvf(sp, DRT_ENV_MASTER_PORT, 0, "%u", step.master_port) |
+         (step.runtime_port ? ddp_setenvf(sp, DRT_ENV_PORT, 0, "%u", step.runtime_port) : 0) |
+         ddp_setenvf(sp, DRT_ENV_OMP_THREADS, 0, "%u", step.cpus_per_task ? step.cpus_per_task : 1);
+    free(t.last);
+    return rc;
 }
 
 /* The task's value of a variable, whole (free it), or "?" when unset. */
@@ -369,7 +421,7 @@ static void print_task(spank_t sp, uint32_t rank, int local)
 {
     char host[256], binding[512] = "";
     char *addr = effective(sp, DRT_ENV_MASTER_ADDR), *port = effective(sp, DRT_ENV_MASTER_PORT),
-         *omp = effective(sp, DRT_ENV_OMP_THREADS);
+         *rport = effective(sp, DRT_ENV_PORT), *omp = effective(sp, DRT_ENV_OMP_THREADS);
     const char **warnings;
     unsigned nwarnings = 0;
 
@@ -382,15 +434,35 @@ static void print_task(spank_t sp, uint32_t rank, int local)
         nwarnings = ddp_bind_warnings(&warnings);
     }
     fprintf(stderr, "ddp-topo: rank %u/%u on %s: node %u/%u local %d/%u MASTER_ADDR=%s "
-            "MASTER_PORT=%s OMP_NUM_THREADS=%s mode=%s%s version=%s\n", rank, step.world, host,
-            step.node_id, step.nnodes, local, step.local_count, addr ? addr : "?",
-            port ? port : "?", omp ? omp : "?", ddp_mode_name(step.req.mode), binding,
-            PACKAGE_VERSION);
+            "MASTER_PORT=%s DDPRT_PORT=%s OMP_NUM_THREADS=%s mode=%s%s version=%s\n", rank,
+            step.world, host, step.node_id, step.nnodes, local, step.local_count,
+            addr ? addr : "?", port ? port : "?", rport ? rport : "?", omp ? omp : "?",
+            ddp_mode_name(step.req.mode), binding, PACKAGE_VERSION);
     free(addr);
     free(port);
+    free(rport);
     free(omp);
     for (unsigned i = 0; local == 0 && i < nwarnings; i++)
         fprintf(stderr, "ddp-topo: warning: %s: %s\n", host, warnings[i]);
+}
+
+/* Rank 0's terminal hears of a port it will not get, and of a runtime
+ * that must share MASTER_PORT with torch's TCPStore. */
+static void warn_ports(spank_t sp)
+{
+    if (step.port_busy)
+        fprintf(stderr, "ddp-topo: warning: MASTER_PORT %u is already in use on %s; rank 0 "
+                "will fail to listen (another job on this node? use srun --resv-ports, see "
+                "the README)\n", step.master_port, step.master_addr);
+    if (step.runtime_busy)
+        fprintf(stderr, "ddp-topo: warning: DDPRT_PORT %u is already in use on %s; libddprt's "
+                "rank 0 will wait for it (another job on this node? use srun --resv-ports=2, "
+                "see the README)\n", step.runtime_port, step.master_addr);
+    if (!step.runtime_port && !task_has(sp, DRT_ENV_PORT))
+        fprintf(stderr, "ddp-topo: warning: plugstack.conf port_range=%u-%u holds one port, "
+                "so DDPRT_PORT is not set and libddprt shares MASTER_PORT with torch's "
+                "TCPStore (ask your admin for a port_range of 2 ports or more, or use srun "
+                "--resv-ports=2)\n", config.port_lo, config.port_hi);
 }
 
 int ddp_remote_task_init(spank_t sp)
@@ -419,10 +491,8 @@ int ddp_remote_task_init(spank_t sp)
     }
     if (set_task_env(sp, rank, local) < 0)
         return -1;
-    if (rank == 0 && step.port_busy)
-        fprintf(stderr, "ddp-topo: warning: MASTER_PORT %u is already in use on %s; rank 0 "
-                "will fail to listen (another job on this node? use srun --resv-ports, see "
-                "the README)\n", step.master_port, step.master_addr);
+    if (rank == 0)
+        warn_ports(sp);
     if (step.req.verbose)
         print_task(sp, rank, local);
     return 0;

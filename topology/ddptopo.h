@@ -84,12 +84,22 @@ int dt_port_range_parse(const char *spec, uint16_t *lo, uint16_t *hi, dt_error_t
 /* First port of SLURM_STEP_RESV_PORTS ("12000-12003", "12000,12004"). */
 int dt_resv_ports_first(const char *spec, uint16_t *port, dt_error_t *err);
 
+/* Port n (0 the first) of SLURM_STEP_RESV_PORTS: 0 with *port set, 1 when
+ * the list holds n ports or fewer, -1 when it is not a port list. */
+int dt_resv_ports_nth(const char *spec, unsigned n, uint16_t *port, dt_error_t *err);
+
 /* The MASTER_PORT every node of a step derives on its own: a function of job
  * id, step id and restart count only, so all nodes agree without talking.
  * Consecutive steps and consecutive restarts of one job get different ports;
  * job ids are spread by Fibonacci hashing so nearby jobs land far apart. */
 uint16_t dt_master_port(uint32_t job_id, uint32_t step_id, uint32_t restart_count,
                         uint16_t lo, uint16_t hi);
+/* The DDPRT_PORT (libddprt's rendezvous), derived the same way but counting
+ * down from the job's base where MASTER_PORT counts up: never a MASTER_PORT
+ * of the same job and restart while the job has at most (HI-LO+1)/2 steps.
+ * 0 when LO == HI (no port left for it). */
+uint16_t dt_runtime_port(uint32_t job_id, uint32_t step_id, uint32_t restart_count,
+                         uint16_t lo, uint16_t hi);
 
 /* ---- Input files ------------------------------------------------------------ */
 

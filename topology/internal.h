@@ -58,6 +58,7 @@ struct dt_report {
     uint32_t *node_ranks;
     char master_addr[256];
     char master_port[160];
+    char runtime_port[160]; /* DDPRT_PORT, or how it will be chosen */
     int have_cost;
     dt_cost_t cost;
     char intra_why[96], inter_why[96];

@@ -1,4 +1,5 @@
-/* MASTER_PORT: reserved by SLURM when it can, derived otherwise. */
+/* MASTER_PORT and DDPRT_PORT: reserved by SLURM when it can, derived
+ * otherwise. */
 #include "ddptopo.h"
 #include "internal.h"
 
@@ -42,27 +43,64 @@ int dt_port_range_parse(const char *spec, uint16_t *lo, uint16_t *hi, dt_error_t
 
 int dt_resv_ports_first(const char *spec, uint16_t *port, dt_error_t *err)
 {
-    const char *p = spec ? spec : "";
-    unsigned long v;
+    return dt_resv_ports_nth(spec, 0, port, err) < 0 ? -1 : 0;
+}
 
-    if (parse_port(&p, &v) < 0 || v == 0 || (*p && *p != '-' && *p != ',')) {
-        topo_seterr(err, "reserved ports '%.100s': expected a list like 12000-12003 or "
-                    "12000,12004", spec ? spec : "");
-        return -1;
-    }
-    *port = (uint16_t)v;
-    return 0;
+/* A job's base slot in a span of ports: Fibonacci hashing puts consecutive
+ * job ids about 0.618 of the span apart, far from each other's steps. A
+ * restart moves it by RESTART_STRIDE. */
+static uint64_t job_base(uint32_t job_id, uint32_t restart_count, uint64_t span)
+{
+    uint32_t h = job_id * 2654435769u;
+
+    return (((uint64_t)h * span) >> 32) + (uint64_t)restart_count * RESTART_STRIDE;
 }
 
 uint16_t dt_master_port(uint32_t job_id, uint32_t step_id, uint32_t restart_count,
                         uint16_t lo, uint16_t hi)
 {
     uint64_t span = (uint64_t)hi - lo + 1;
-    /* Fibonacci hashing: consecutive job ids land about 0.618 of the range
-     * apart, far from each other's step ports. */
-    uint32_t h = job_id * 2654435769u;
-    uint64_t base = ((uint64_t)h * span) >> 32;
-    uint64_t off = base + step_id + (uint64_t)restart_count * RESTART_STRIDE;
 
-    return (uint16_t)(lo + off % span);
+    return (uint16_t)(lo + (job_base(job_id, restart_count, span) + step_id) % span);
+}
+
+/* Mirrored: MASTER_PORT counts up from the job's base, DDPRT_PORT down from
+ * the slot below it, so no step's DDPRT_PORT is any MASTER_PORT of its job
+ * (of the same restart) until the job has run span/2 steps, and MASTER_PORT
+ * keeps the whole range. */
+uint16_t dt_runtime_port(uint32_t job_id, uint32_t step_id, uint32_t restart_count,
+                         uint16_t lo, uint16_t hi)
+{
+    uint64_t span = (uint64_t)hi - lo + 1;
+
+    if (span < 2)
+        return 0; /* one port: MASTER_PORT has it */
+    return (uint16_t)(lo + (job_base(job_id, restart_count, span) + span - 1 - step_id % span) %
+                               span);
+}
+
+int dt_resv_ports_nth(const char *spec, unsigned n, uint16_t *port, dt_error_t *err)
+{
+    const char *p = spec ? spec : "";
+    unsigned long a, b;
+
+    for (;;) {
+        if (parse_port(&p, &a) < 0 || a == 0)
+            break;
+        b = a;
+        if (*p == '-' && (p++, parse_port(&p, &b) < 0 || b < a))
+            break;
+        if (n <= b - a) {
+            *port = (uint16_t)(a + n);
+            return 0;
+        }
+        n -= (unsigned)(b - a + 1);
+        if (!*p)
+            return 1;
+        if (*p++ != ',')
+            break;
+    }
+    topo_seterr(err, "reserved ports '%.100s': expected a list like 12000-12003 or "
+                "12000,12004", spec ? spec : "");
+    return -1;
 }

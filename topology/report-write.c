@@ -157,8 +157,8 @@ static void write_text(const dt_report_t *r, FILE *f)
     fprintf(f, "ddp-topo report: %zu node%s, %u rank%s, tasks per node %s\n", r->nhosts,
             r->nhosts == 1 ? "" : "s", r->layout.ntasks, r->layout.ntasks == 1 ? "" : "s",
             r->opts.tasks_per_node);
-    fprintf(f, "MASTER_ADDR=%s\nMASTER_PORT=%s\nbinding: %s\n", r->master_addr, r->master_port,
-            dt_bind_name(r->opts.bind, bind, sizeof(bind)));
+    fprintf(f, "MASTER_ADDR=%s\nMASTER_PORT=%s\nDDPRT_PORT=%s\nbinding: %s\n", r->master_addr,
+            r->master_port, r->runtime_port, dt_bind_name(r->opts.bind, bind, sizeof(bind)));
     for (unsigned k = 0; k < r->nkinds; k++)
         text_kind(f, &r->kinds[k]);
     text_nodes(f, r);
@@ -262,21 +262,29 @@ static void json_u32_list(FILE *f, const uint32_t *v, size_t n)
     fputc(']', f);
 }
 
+/* "name":PORT, or "name":null and "name_note":"how it will be chosen" */
+static void json_port(FILE *f, const char *name, const char *text)
+{
+    int known = text[0] >= '0' && text[0] <= '9';
+
+    fprintf(f, ",\"%s\":%s", name, known ? text : "null");
+    if (!known) {
+        fprintf(f, ",\"%s_note\":", name);
+        json_str(f, text);
+    }
+}
+
 static void json_job(FILE *f, const dt_report_t *r)
 {
     char bind[32];
-    int port_known = r->master_port[0] >= '0' && r->master_port[0] <= '9';
 
     fprintf(f, "{\"schema\":\"ddp-topo-report\",\"version\":1,\"job\":{\"nodes\":%zu,\"ranks\":%u,"
             "\"tasks_per_node\":", r->nhosts, r->layout.ntasks);
     json_str(f, r->opts.tasks_per_node);
     fprintf(f, ",\"master_addr\":");
     json_str(f, r->master_addr);
-    fprintf(f, ",\"master_port\":%s", port_known ? r->master_port : "null");
-    if (!port_known) {
-        fprintf(f, ",\"master_port_note\":");
-        json_str(f, r->master_port);
-    }
+    json_port(f, "master_port", r->master_port);
+    json_port(f, "runtime_port", r->runtime_port);
     fprintf(f, ",\"bind\":\"%s\"},", dt_bind_name(r->opts.bind, bind, sizeof(bind)));
 }
 

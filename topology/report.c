@@ -170,11 +170,37 @@ static int index_ranks(dt_report_t *r)
     return 0;
 }
 
-static int master(dt_report_t *r, dt_error_t *err)
+/* MASTER_PORT (runtime 0) or DDPRT_PORT (1) as the plugin picks it
+ * (spank_plugin/remote.c): reserved port 0 or 1, else derived in the range,
+ * else how it will be. */
+static int port_text(const dt_report_t *r, int runtime, char *buf, size_t len, dt_error_t *err)
 {
     const dt_report_opts_t *o = &r->opts;
+    uint16_t lo = o->port_lo, hi = o->port_hi;
+    uint16_t port = 0;
+    int rc = 1;
+
+    if (o->resv_ports && (rc = dt_resv_ports_nth(o->resv_ports, (unsigned)runtime, &port, err)) < 0)
+        return -1;
+    if (rc && o->job_id >= 0) {
+        uint32_t job = (uint32_t)o->job_id, step = (uint32_t)(o->step_id < 0 ? 0 : o->step_id),
+                 restart = (uint32_t)(o->restart_count < 0 ? 0 : o->restart_count);
+        port = runtime ? dt_runtime_port(job, step, restart, lo, hi)
+                       : dt_master_port(job, step, restart, lo, hi);
+    }
+    if (port)
+        snprintf(buf, len, "%u", port);
+    else if (runtime && lo == hi)
+        snprintf(buf, len, "not set: port range %u-%u holds MASTER_PORT only", lo, hi);
+    else
+        snprintf(buf, len, "derived at launch from job id, step id and restart count (%u-%u%s)",
+                 lo, hi, runtime ? ", counting down where MASTER_PORT counts up" : "");
+    return 0;
+}
+
+static int master(dt_report_t *r, dt_error_t *err)
+{
     const char *host = r->layout.ntasks ? r->hosts[r->layout.node_of[0]] : r->hosts[0];
-    uint16_t port;
 
     if ((size_t)snprintf(r->master_addr, sizeof(r->master_addr), "%s", host) >=
         sizeof(r->master_addr)) {
@@ -182,20 +208,8 @@ static int master(dt_report_t *r, dt_error_t *err)
                     host, sizeof(r->master_addr) - 1);
         return -1;
     }
-    if (o->resv_ports && dt_resv_ports_first(o->resv_ports, &port, err) < 0)
-        return -1;
-    if (o->resv_ports)
-        snprintf(r->master_port, sizeof(r->master_port), "%u", port);
-    else if (o->job_id >= 0)
-        snprintf(r->master_port, sizeof(r->master_port), "%u",
-                 dt_master_port((uint32_t)o->job_id, (uint32_t)(o->step_id < 0 ? 0 : o->step_id),
-                                (uint32_t)(o->restart_count < 0 ? 0 : o->restart_count),
-                                o->port_lo, o->port_hi));
-    else
-        snprintf(r->master_port, sizeof(r->master_port),
-                 "derived at launch from job id, step id and restart count (%u-%u)",
-                 o->port_lo, o->port_hi);
-    return 0;
+    return port_text(r, 0, r->master_port, sizeof(r->master_port), err) < 0 ||
+           port_text(r, 1, r->runtime_port, sizeof(r->runtime_port), err) < 0 ? -1 : 0;
 }
 
 static void job_warnings(dt_report_t *r)

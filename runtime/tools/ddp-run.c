@@ -35,15 +35,17 @@
     "       ddp-run --help | --version\n" \
     "Run N ranks of PROGRAM here, as M emulated nodes (default 1; ranks are\n" \
     "spread block-wise), each with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,\n" \
-    "GROUP_RANK/NODE_RANK, GROUP_WORLD_SIZE, ROLE_*, MASTER_ADDR, MASTER_PORT,\n" \
-    "DDPRT_SECRET and DDP_RUN_NODE set. When a rank fails, the others get\n" \
-    "SIGTERM, then SIGKILL after --grace seconds (default 5), and ddp-run exits\n" \
-    "with the failed rank's status. SIGINT, SIGTERM and SIGHUP are forwarded;\n" \
-    "when ddp-run itself dies (even by SIGKILL) the ranks get SIGKILL. Unless\n" \
-    "MASTER_PORT is set, ddp-run listens on a free port of --master-addr\n" \
-    "(default 127.0.0.1) and hands rank 0 the listening socket (DDPRT_LISTEN_FD),\n" \
-    "so no other process can take it; when rank 0 runs in another network\n" \
-    "namespace, set MASTER_PORT.\n"
+    "GROUP_RANK/NODE_RANK, GROUP_WORLD_SIZE, ROLE_*, TORCHELASTIC_*, MASTER_ADDR,\n" \
+    "MASTER_PORT, DDPRT_PORT, DDPRT_SECRET and DDP_RUN_NODE set. When a rank\n" \
+    "fails, the others get SIGTERM, then SIGKILL after --grace seconds (default\n" \
+    "5), and ddp-run exits with the failed rank's status. SIGINT, SIGTERM and\n" \
+    "SIGHUP are forwarded; when ddp-run itself dies (even by SIGKILL) the ranks\n" \
+    "get SIGKILL. Unless\n" \
+    "DDPRT_PORT is set, ddp-run listens on a free port of --master-addr\n" \
+    "(default 127.0.0.1) for libddprt's rendezvous and hands rank 0 the listening\n" \
+    "socket (DDPRT_LISTEN_FD), so no other process can take it; unless\n" \
+    "MASTER_PORT is set, it picks another free port for torch's TCPStore. When\n" \
+    "rank 0 runs in another network namespace, set MASTER_PORT and DDPRT_PORT.\n"
 
 static pid_t *pids;
 static int nranks;
@@ -97,12 +99,12 @@ static int parse_seconds(const char *opt, const char *s, double *v)
     return 0;
 }
 
-/* Rank 0's rendezvous socket, bound to MASTER_ADDR and listening on a free
- * port, so no other process can take the port before rank 0 uses it.
- * CLOEXEC: only rank 0 gets it, by clearing the flag after fork. Returns
- * the fd, or -1 with errno (EADDRNOTAVAIL: the address is not one of this
- * network namespace, so rank 0 will not run here). */
-static int listen_free_port(const char *host, int *port)
+/* A socket bound to a free port of MASTER_ADDR, listening when `listen`
+ * is set: rank 0's rendezvous socket, which no other process can take
+ * before rank 0 uses it. CLOEXEC: only rank 0 gets it, by clearing the flag
+ * after fork. Returns the fd, or -1 with errno (EADDRNOTAVAIL: the address
+ * is not one of this network namespace, so rank 0 will not run here). */
+static int bind_free_port(const char *host, int listening, int *port)
 {
     struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai;
     struct sockaddr_in a;
@@ -119,7 +121,7 @@ static int listen_free_port(const char *host, int *port)
     if ((fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
         return -1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, 1024) < 0 ||
+    if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || (listening && listen(fd, 1024) < 0) ||
         getsockname(fd, (struct sockaddr *)&a, &len) < 0) {
         int e = errno;
         close(fd);
@@ -134,6 +136,12 @@ static int set_one(void *ctx, const char *name, const char *value)
 {
     (void)ctx;
     return setenv(name, value, 1);
+}
+
+static const char *get_one(void *ctx, const char *name)
+{
+    (void)ctx;
+    return getenv(name);
 }
 
 static void setenv_num(const char *name, long v)
@@ -176,7 +184,7 @@ static void pass_listener(int rank, int listen_fd)
     setenv(DRT_ENV_LISTEN_FD, buf, 1);
 }
 
-static pid_t spawn(int rank, int n, int m, char **argv, int listen_fd)
+static pid_t spawn(int rank, int n, int m, char **argv, int listen_fd, const char *run_id)
 {
     int node = 0;
     pid_t pid, parent = getpid();
@@ -192,6 +200,7 @@ static pid_t spawn(int rank, int n, int m, char **argv, int listen_fd)
                           (uint32_t)(first_rank(n, m, node + 1) - first_rank(n, m, node)),
                           (uint32_t)node, (uint32_t)m, 0};
     contract_rank_env(&r, set_one, NULL);
+    contract_elastic_env(run_id, get_one, set_one, NULL);
     setenv_num("DDP_RUN_NODE", node);
     setenv(DRT_ENV_OMP_THREADS, "1", 0);
     execvp(argv[0], argv);
@@ -282,17 +291,29 @@ static int parse_args(int argc, char **argv, args_t *a)
     return rc;
 }
 
-/* MASTER_PORT, unless the user set one: a port this process listens on. */
-static int pick_port(const char *host, int *listen_fd)
+/* DDPRT_PORT, unless the user set one: a port this process listens on for
+ * rank 0's runtime. MASTER_PORT, unless the user set one: another free
+ * port, bound only while it is picked, as torchrun --standalone does, so
+ * torch's TCPStore can bind it (its bind races other processes, as under
+ * torchrun; the runtime's never does). */
+static int pick_ports(const char *host, int *listen_fd)
 {
-    int port;
+    const char *user = getenv(DRT_ENV_PORT);
+    int port, probe;
 
     *listen_fd = -1;
     unsetenv(DRT_ENV_LISTEN_FD); /* a launcher's above us is not ours to pass on */
+    if (!user || !*user) { /* empty is unset, as for the runtime (env.c) */
+        if ((*listen_fd = bind_free_port(host, 1, &port)) < 0)
+            return -1;
+        setenv_num(DRT_ENV_PORT, port);
+    }
     if (getenv(DRT_ENV_MASTER_PORT))
         return 0;
-    if ((*listen_fd = listen_free_port(host, &port)) < 0)
+    /* while the runtime's socket is bound, the kernel cannot pick its port */
+    if ((probe = bind_free_port(host, 0, &port)) < 0)
         return -1;
+    close(probe);
     setenv_num(DRT_ENV_MASTER_PORT, port);
     return 0;
 }
@@ -302,10 +323,10 @@ static int port_error(const char *addr)
     if (errno == EADDRNOTAVAIL)
         fprintf(stderr, "ddp-run: cannot listen on --master-addr %s: not an address of this "
                 "machine's network namespace (does rank 0 run elsewhere, through a wrapper into "
-                "another namespace? set MASTER_PORT to a port free there)\n", addr);
+                "another namespace? set MASTER_PORT and DDPRT_PORT to ports free there)\n", addr);
     else
         fprintf(stderr, "ddp-run: cannot listen on a free TCP port: %s (check `ulimit -n`, or "
-                "set MASTER_PORT)\n", strerror(errno));
+                "set MASTER_PORT and DDPRT_PORT)\n", strerror(errno));
     return 2;
 }
 
@@ -313,13 +334,15 @@ int main(int argc, char **argv)
 {
     args_t a;
     int rc = parse_args(argc, argv, &a), listen_fd;
-    char secret[2 * DRT_SECRET_LEN + 1];
+    char secret[2 * DRT_SECRET_LEN + 1], run_id[32];
     struct sigaction sa = {.sa_handler = forward};
 
     if (rc != 0)
         return rc < 0 ? 2 : 0;
-    if (pick_port(a.addr, &listen_fd) < 0)
+    if (pick_ports(a.addr, &listen_fd) < 0)
         return port_error(a.addr);
+    /* torchrun --standalone's run id is a fresh uuid: ours is this process */
+    snprintf(run_id, sizeof(run_id), "ddp-run-%ld", (long)getpid());
     if (contract_secret_make(secret, sizeof(secret)) < 0)
         return fail("cannot make the job's secret", "no randomness available");
     setenv(DRT_ENV_MASTER_ADDR, a.addr, 1);
@@ -331,7 +354,7 @@ int main(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
     for (int r = 0; r < a.n; r++) {
-        if ((pids[r] = spawn(r, a.n, a.m, argv + optind, listen_fd)) < 0) {
+        if ((pids[r] = spawn(r, a.n, a.m, argv + optind, listen_fd, run_id)) < 0) {
             forward(SIGKILL);
             return fail("fork failed", "too many processes?");
         }

@@ -11,10 +11,13 @@ ok() { # ok CONDITION-EXIT-STATUS DESCRIPTION
     else echo "not ok $tap_n - $*"; tap_failed=$((tap_failed + 1)); fi
 }
 
-is() { # is GOT WANT DESCRIPTION
+is() { # is GOT WANT DESCRIPTION; returns 1 when they differ, to show more
     local got=$1 want=$2; shift 2
     [ "$got" = "$want" ]; ok $? "$*"
-    [ "$got" = "$want" ] || { echo "#   got:  '$got'"; echo "#   want: '$want'"; }
+    [ "$got" = "$want" ] && return 0
+    echo "#   got:  '$got'"
+    echo "#   want: '$want'"
+    return 1
 }
 
 contains() { # contains TEXT NEEDLE DESCRIPTION
@@ -104,6 +107,14 @@ job_state() { # job_state ID: PENDING, RUNNING, COMPLETED, ... or nothing once p
 
 idle_nodes() {
     sinfo -h -N -o '%T' | grep -c '^idle$'
+}
+
+# idle_after N: the idle node count once N nodes are idle, or after 60 s
+# (a node stays COMPLETING for a moment after its job; a drained one stays)
+idle_after() {
+    local deadline=$((SECONDS + 60))
+    until [ "$(idle_nodes)" = "$1" ] || [ "$SECONDS" -ge "$deadline" ]; do sleep 0.2; done
+    idle_nodes
 }
 
 # The variables a task reports, one line per task, sorted by SLURM_PROCID.

@@ -173,6 +173,57 @@ static void rank_env(void)
        "a failing variable fails the call, after all 11 were tried (%d)", s.calls);
 }
 
+/* A rank's environment for contract_elastic_env: what the user set, then
+ * what the call set (collect records it). */
+typedef struct {
+    sink_t sink;
+    const char *user[4][2];
+} envs_t;
+
+static const char *lookup(void *ctx, const char *name)
+{
+    envs_t *e = ctx;
+    const char *at;
+
+    for (int i = 0; i < 4 && e->user[i][0]; i++)
+        if (!strcmp(e->user[i][0], name))
+            return e->user[i][1];
+    /* set by the call itself: "NAME=" at a word's start */
+    for (at = e->sink.line; (at = strstr(at, name)); at++)
+        if ((at == e->sink.line || at[-1] == ' ') && at[strlen(name)] == '=')
+            return "set";
+    return NULL;
+}
+
+static int collect_env(void *ctx, const char *name, const char *value)
+{
+    return collect(&((envs_t *)ctx)->sink, name, value);
+}
+
+static void elastic_env(void)
+{
+    envs_t e = {.sink = {.fail_on = -1}};
+
+    ok(contract_elastic_env("4242", lookup, collect_env, &e) == 0, "the elastic agent's variables are set");
+    is_str(e.sink.line, "TORCHELASTIC_RUN_ID=4242 TORCHELASTIC_MAX_RESTARTS=0 "
+           "TORCHELASTIC_USE_AGENT_STORE=False NCCL_ASYNC_ERROR_HANDLING=1 "
+           "TORCH_NCCL_ASYNC_ERROR_HANDLING=1", "... as torchrun 1.13 sets them (local_elastic_agent.py)");
+    e = (envs_t){.sink = {.fail_on = -1},
+                 .user = {{"TORCHELASTIC_RUN_ID", "mine"}, {"NCCL_ASYNC_ERROR_HANDLING", "0"}}};
+    contract_elastic_env("4242", lookup, collect_env, &e);
+    is_str(e.sink.line, "TORCHELASTIC_MAX_RESTARTS=0 TORCHELASTIC_USE_AGENT_STORE=False "
+           "TORCH_NCCL_ASYNC_ERROR_HANDLING=0", "a user's values win; the new NCCL name takes the old one's 0");
+    e = (envs_t){.sink = {.fail_on = -1},
+                 .user = {{"TORCH_NCCL_ASYNC_ERROR_HANDLING", "3"}, {"TORCHELASTIC_MAX_RESTARTS", "2"},
+                          {"TORCHELASTIC_USE_AGENT_STORE", "True"}}};
+    contract_elastic_env("4242", lookup, collect_env, &e);
+    is_str(e.sink.line, "TORCHELASTIC_RUN_ID=4242 NCCL_ASYNC_ERROR_HANDLING=3",
+           "... and the old NCCL name takes the new one's value");
+    e = (envs_t){.sink = {.fail_on = 1}};
+    ok(contract_elastic_env("4242", lookup, collect_env, &e) < 0 && e.sink.calls == 5,
+       "a failing variable fails the call, after all 5 were tried (%d)", e.sink.calls);
+}
+
 static void secret(void)
 {
     char a[2 * DRT_SECRET_LEN + 1], b[sizeof(a)], small[2 * DRT_SECRET_LEN];
@@ -189,6 +240,7 @@ int main(void)
     pick();
     here();
     rank_env();
+    elastic_env();
     secret();
     return tap_done();
 }

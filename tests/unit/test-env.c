@@ -6,7 +6,7 @@
 static const char *vars[][2] = {
     {"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"},
     {"GROUP_RANK", "1"}, {"GROUP_WORLD_SIZE", "2"}, {"MASTER_ADDR", "n1"},
-    {"MASTER_PORT", "61234"}, {"TORCHELASTIC_RESTART_COUNT", "2"}};
+    {"MASTER_PORT", "61234"}, {"TORCHELASTIC_RESTART_COUNT", "2"}, {"DDPRT_PORT", NULL}};
 #define NVARS (sizeof(vars) / sizeof(vars[0]))
 
 static const char *lookup(const char *name)
@@ -57,6 +57,18 @@ int main(void)
     refused("LOCAL_WORLD_SIZE", "5", "exceeds WORLD_SIZE");
     refused("MASTER_PORT", "0", "not a TCP port");
     refused("MASTER_PORT", "65536", "not a TCP port");
+    ok(env.runtime_port == 61234, "without DDPRT_PORT the runtime uses MASTER_PORT (%u)",
+       env.runtime_port);
+    set("DDPRT_PORT", "64001");
+    ok(drt_env_load(&env, lookup, &err) == 0 && env.runtime_port == 64001 &&
+       env.master_port == 61234, "DDPRT_PORT is the runtime's port, MASTER_PORT stays torch's");
+    refused("DDPRT_PORT", "0", "DDPRT_PORT=0 is not a TCP port");
+    refused("DDPRT_PORT", "65536", "DDPRT_PORT=65536 is not a TCP port");
+    refused("DDPRT_PORT", "6x", "DDPRT_PORT='6x' is not a non-negative integer");
+    set("DDPRT_PORT", "");
+    ok(drt_env_load(&env, lookup, &err) == 0 && env.runtime_port == 61234,
+       "an empty DDPRT_PORT counts as unset");
+    ok(sizeof(drt_env_t) == 288, "drt_env_t keeps its size (%zu): the ABI holds", sizeof(drt_env_t));
     refused("MASTER_ADDR", NULL, "MASTER_ADDR is not set");
     refused("MASTER_ADDR", "", "MASTER_ADDR is not set");
     return tap_done();

@@ -12,7 +12,7 @@
 #define USAGE_REPORT \
     "Usage: ddp-topo report [OPTIONS]\n" \
     "The dry run: what each rank of a job gets (GPU, cores, NUMA node, NIC),\n" \
-    "rails, MASTER_ADDR/PORT, predicted allreduce time and warnings.\n" \
+    "rails, MASTER_ADDR/PORT, DDPRT_PORT, predicted allreduce time and warnings.\n" \
     "\n" \
     "Job (else #SBATCH lines of --sbatch, else SLURM's variables inside an allocation):\n" \
     "  -w, --nodelist LIST        nodes, SLURM hostlist (default node[1-N])\n" \

@@ -17,7 +17,7 @@
     "  hostnames LIST      expand a SLURM hostlist, one name per line\n" \
     "  hostlist NAMES...   compress host names into a SLURM hostlist\n" \
     "  layout              rank -> node/local rank table for a task layout\n" \
-    "  port                the MASTER_PORT the plugin derives for a step\n" \
+    "  port                the MASTER_PORT (or DDPRT_PORT) the plugin sets for a step\n" \
     "  report              dry run: every rank's GPU, cores, NIC; allreduce cost\n" \
     "  detect              describe this node's topology, or save it (-o FILE)\n" \
     "\n" \
@@ -42,10 +42,13 @@
 
 #define USAGE_PORT \
     "Usage: ddp-topo port --job-id ID [--step-id ID] [--restart-count N]\n" \
-    "                     [--port-range LO-HI] [--resv-ports SPEC]\n" \
+    "                     [--port-range LO-HI] [--resv-ports SPEC] [--runtime]\n" \
     "Print the MASTER_PORT the plugin sets: the first reserved port when\n" \
     "--resv-ports is given, else a port derived from job, step and restart\n" \
-    "count within --port-range (default 61000-65535).\n"
+    "count within --port-range (default 61000-65535).\n" \
+    "With --runtime, print DDPRT_PORT instead, libddprt's own rendezvous port:\n" \
+    "the second reserved port, else one derived counting down from the job's\n" \
+    "slot where MASTER_PORT counts up.\n"
 
 int cli_fail(const char *what, const char *why, const char *todo)
 {
@@ -220,6 +223,37 @@ static int parse_u32_opt(const char *name, const char *s, uint32_t *v)
     return 0;
 }
 
+typedef struct {
+    uint32_t job, step, restart;
+    uint16_t lo, hi;
+    const char *resv;
+    int have_job, runtime;
+} port_args_t;
+
+/* The port `ddp-topo port` prints, as the plugin picks it (remote.c). */
+static int port_pick(const port_args_t *a, uint16_t *port)
+{
+    dt_error_t err;
+    int rc = 1;
+
+    if (a->resv && (rc = dt_resv_ports_nth(a->resv, a->runtime ? 1 : 0, port, &err)) < 0)
+        return cli_fail("port", err.text, "pass SLURM_STEP_RESV_PORTS as SLURM sets it");
+    if (rc == 0)
+        return 0;
+    if (!a->have_job)
+        return cli_fail("port", a->resv ? "one reserved port: DDPRT_PORT is derived, and "
+                        "--job-id is required" : "--job-id is required",
+                        "see 'ddp-topo port --help'");
+    if (!a->runtime) {
+        *port = dt_master_port(a->job, a->step, a->restart, a->lo, a->hi);
+        return 0;
+    }
+    if (!(*port = dt_runtime_port(a->job, a->step, a->restart, a->lo, a->hi)))
+        return cli_fail("port", "a one-port range holds MASTER_PORT only: the plugin sets no "
+                        "DDPRT_PORT", "give a --port-range of 2 ports or more");
+    return 0;
+}
+
 static int cmd_port(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -228,47 +262,43 @@ static int cmd_port(int argc, char **argv)
         {"restart-count", required_argument, NULL, 'r'},
         {"port-range", required_argument, NULL, 'p'},
         {"resv-ports", required_argument, NULL, 'R'},
+        {"runtime", no_argument, NULL, 't'},
         {"help", no_argument, NULL, 'h'},
         {0}};
-    uint32_t job = 0, step = 0, restart = 0;
-    uint16_t lo = DT_PORT_RANGE_DEFAULT_LO, hi = DT_PORT_RANGE_DEFAULT_HI, port;
-    const char *resv = NULL;
-    int c, have_job = 0;
+    port_args_t a = {.lo = DT_PORT_RANGE_DEFAULT_LO, .hi = DT_PORT_RANGE_DEFAULT_HI};
+    uint16_t port;
+    int c;
     dt_error_t err;
 
-    while ((c = getopt_long(argc, argv, "j:s:r:p:R:h", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "j:s:r:p:R:th", opts, NULL)) != -1) {
         switch (c) {
         case 'j':
-            if (parse_u32_opt("--job-id", optarg, &job) < 0)
+            if (parse_u32_opt("--job-id", optarg, &a.job) < 0)
                 return 1;
-            have_job = 1;
+            a.have_job = 1;
             break;
         case 's':
-            if (parse_u32_opt("--step-id", optarg, &step) < 0)
+            if (parse_u32_opt("--step-id", optarg, &a.step) < 0)
                 return 1;
             break;
         case 'r':
-            if (parse_u32_opt("--restart-count", optarg, &restart) < 0)
+            if (parse_u32_opt("--restart-count", optarg, &a.restart) < 0)
                 return 1;
             break;
         case 'p':
-            if (dt_port_range_parse(optarg, &lo, &hi, &err) < 0)
+            if (dt_port_range_parse(optarg, &a.lo, &a.hi, &err) < 0)
                 return cli_fail("port", err.text, "e.g. --port-range 61000-65535");
             break;
-        case 'R': resv = optarg; break;
+        case 'R': a.resv = optarg; break;
+        case 't': a.runtime = 1; break;
         case 'h': return fputs(USAGE_PORT, stdout), 0;
         default: return cli_fail("port", "unknown option", "see 'ddp-topo port --help'");
         }
     }
-    if (resv) {
-        if (dt_resv_ports_first(resv, &port, &err) < 0)
-            return cli_fail("port", err.text, "pass SLURM_STEP_RESV_PORTS as SLURM sets it");
-    } else if (!have_job || optind != argc) {
-        return cli_fail("port", have_job ? "unexpected argument" : "--job-id is required",
-                    "see 'ddp-topo port --help'");
-    } else {
-        port = dt_master_port(job, step, restart, lo, hi);
-    }
+    if (optind != argc)
+        return cli_fail("port", "unexpected argument", "see 'ddp-topo port --help'");
+    if (port_pick(&a, &port) < 0)
+        return 1;
     printf("%u\n", port);
     return 0;
 }

@@ -1,0 +1,18 @@
+"""ddp_topo: the task's plan from ddp-topo's environment contract, and
+libddprt's collectives from Python (ctypes; no compiler needed).
+
+    import ddp_topo
+    p = ddp_topo.plan()            # rank, world_size, ..., gpu, cpus, nic
+    with ddp_topo.Runtime() as rt:
+        rt.allreduce(buf, "float32")
+
+PyTorch: ddp_topo.torch (imports torch only when used)."""
+
+from ._contract import NAMES, NotLaunchedError, Plan, plan
+from ._lib import RuntimeFailure
+from ._runtime import Request, Runtime
+
+__all__ = ["NAMES", "NotLaunchedError", "Plan", "Request", "Runtime", "RuntimeFailure", "plan"]
+
+for _cls in (NotLaunchedError, Plan, Request, Runtime, RuntimeFailure):
+    _cls.__module__ = __name__  # tracebacks say ddp_topo.RuntimeFailure
