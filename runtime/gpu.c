@@ -94,6 +94,23 @@ int gpu_req_wait(struct gpu_req *g, drt_error_t *err)
     return no_gpu(err);
 }
 
+/* 1 once the outstanding work is done, polled under DDPRT_TIMEOUT; 0 on a
+ * failure or when it is still not done then */
+static int work_drained(struct gpu *g, uint64_t *seq, cudaError_t *bad)
+{
+    double end = drt_now() + g->c->timeout;
+    int left;
+
+    for (unsigned spins = 0; gpu_failed(g, NULL) == 0; spins++) {
+        if ((left = work_check(g, seq, bad)) <= 0)
+            return left == 0;
+        if (drt_now() > end)
+            return 0;
+        gpu_idle(spins);
+    }
+    return 0;
+}
+
 void gpu_finalize(drt_comm_t *c)
 {
     (void)c;
@@ -397,7 +414,9 @@ static int pick_device(drt_comm_t *c, int device, drt_error_t *err)
 
 /* What this rank does alone: the device (checked before anything loads),
  * the libraries, events. */
-static int local_setup(struct gpu *g, int device, drt_error_t *err)
+/* *prev: the caller's device, restored by attach once the communicators
+ * exist (-1 when CUDA never got that far) */
+static int local_setup(struct gpu *g, int device, int *prev, drt_error_t *err)
 {
     const char *topo = getenv("DDP_TOPO_GPU");
     const char *from = device >= 0 ? "asked for" : topo && *topo ? "DDP_TOPO_GPU" : "LOCAL_RANK";
@@ -411,6 +430,8 @@ static int local_setup(struct gpu *g, int device, drt_error_t *err)
         return drt_fail(err, "ddprt: no CUDA device: cudaGetDeviceCount: %s (is the NVIDIA "
                         "driver loaded? see nvidia-smi)",
                         rc != cudaSuccess ? a->cudaGetErrorString(rc) : "none visible");
+    if (a->cudaGetDevice(prev) != cudaSuccess)
+        *prev = -1;
     if (g->device >= count)
         return drt_fail(err, "ddprt: CUDA device %d (%s) does not exist: %d visible (bind one "
                         "GPU per rank, e.g. srun --ddp-topo=auto, or pass a device to "
@@ -511,7 +532,8 @@ static void set_init(struct gpu *g)
     g->set = (coll_set_t){.c = c, .world = &g->groups[GPU_WORLD], .node = &g->groups[GPU_NODE],
                           .rail = &g->groups[GPU_RAIL], .ops = &nccl_set_ops,
                           .uniform = c->uniform, .nnodes = c->nnodes, .equal_chunks = 1,
-                          .pipe_min = PIPE_MIN_GPU, .impl = g};
+                          .pipe_min = g->api->nccl_version >= 22600 ? PIPE_MIN_GPU : 0,
+                          .impl = g};
     for (int i = 0; i < 64; i++)
         g->set.sizes[i].choice = -1;
 }
@@ -583,15 +605,20 @@ static int agree_ready(drt_comm_t *c, int mine, const char *what, drt_error_t *e
     return 0;
 }
 
-static int attach(struct gpu *g, int device, drt_error_t *err)
+static int attach_comms(struct gpu *g, int device, int *prev, drt_error_t *err)
 {
     drt_comm_t *c = g->c;
-    int mine = env_algo(g, err) < 0 ? -1 : local_setup(g, device, err);
+    int mine = env_algo(g, err) < 0 ? -1 : local_setup(g, device, prev, err);
     id_msg_t ids[GPU_GROUPS];
 
     if (agree_ready(c, mine, "use its GPU, so no NCCL communicator was made", err) < 0)
         return -1;
     set_init(g);
+    /* the pipelined hier runs the node and rail communicators at once, on
+     * two streams: without one launch order across communicators that can
+     * deadlock; NCCL 2.26+ derives it from the host's issue order, which is
+     * the same on every rank (older NCCL: no pipelining, set_init) */
+    setenv("NCCL_LAUNCH_ORDER_IMPLICIT", "1", 0);
     if (comm_ids(g, ids, err) < 0)
         return -1;
     mine = comm_start(g, ids, err);
@@ -606,6 +633,15 @@ static int attach(struct gpu *g, int device, drt_error_t *err)
             g->api->nccl_reused ? " (already loaded)" : "", g->groups[0].n, g->groups[1].n,
             g->groups[2].n);
     return 0;
+}
+
+static int attach(struct gpu *g, int device, drt_error_t *err)
+{
+    int prev = -1, rc = attach_comms(g, device, &prev, err);
+
+    if (prev >= 0) /* the caller's current device is the caller's */
+        g->api->cudaSetDevice(prev);
+    return rc;
 }
 
 int drt_gpu_attach(drt_comm_t *c, int device, drt_error_t *err)
@@ -825,6 +861,23 @@ int drt_gpu_sync(drt_comm_t *c, void *stream, drt_error_t *err)
 
 /* ---- the end ---- */
 
+/* 1 once the outstanding work is done, polled under DDPRT_TIMEOUT; 0 on a
+ * failure or when it is still not done then */
+static int work_drained(struct gpu *g, uint64_t *seq, cudaError_t *bad)
+{
+    double end = drt_now() + g->c->timeout;
+    int left;
+
+    for (unsigned spins = 0; gpu_failed(g, NULL) == 0; spins++) {
+        if ((left = work_check(g, seq, bad)) <= 0)
+            return left == 0;
+        if (drt_now() > end)
+            return 0;
+        gpu_idle(spins);
+    }
+    return 0;
+}
+
 void gpu_finalize(drt_comm_t *c)
 {
     struct gpu *g = c->gpu;
@@ -838,8 +891,10 @@ void gpu_finalize(drt_comm_t *c)
         g->dog_stop = 1;
         pthread_mutex_unlock(&g->mu);
         pthread_join(g->dog, NULL);
-        /* destroy when all work is done; abort what is still running */
-        teardown(g, gpu_failed(g, NULL) == 0 && work_check(g, &seq, &bad) == 0);
+        /* destroy once all work is done (every rank of a node must make the
+         * same choice: ranks that finalize together see their work end
+         * together); abort only on a failure or after DDPRT_TIMEOUT */
+        teardown(g, work_drained(g, &seq, &bad));
         for (size_t i = 0; i < g->nwork; i++)
             g->api->cudaEventDestroy(g->work[i].done);
         nccl_lanes_free(g);

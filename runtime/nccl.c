@@ -39,6 +39,12 @@ int nccl_begin(struct gpu *g, const nccl_group_t *ng, drt_error_t *err)
 int nccl_settle(struct gpu *g, nccl_group_t *ng, ncclResult_t rc, const char *what,
                 drt_error_t *err)
 {
+    return nccl_settle_op(g, ng, rc, what, NULL, err);
+}
+
+int nccl_settle_op(struct gpu *g, nccl_group_t *ng, ncclResult_t rc, const char *what,
+                   ncclRedOp_t *op, drt_error_t *err)
+{
     const cuda_api_t *a = g->api;
     double deadline = drt_now() + g->c->timeout;
     char last[160];
@@ -59,6 +65,8 @@ int nccl_settle(struct gpu *g, nccl_group_t *ng, ncclResult_t rc, const char *wh
             rc = ncclInternalError;
     }
     snprintf(last, sizeof(last), "%s", rc == ncclSuccess ? "" : a->ncclGetLastError(ng->comm));
+    if (op)
+        a->ncclRedOpDestroy(*op, ng->comm);
     pthread_mutex_unlock(&g->issue);
     if (rc == ncclSuccess)
         return 0;
@@ -72,13 +80,15 @@ int gpu_wait_event(struct gpu *g, cudaEvent_t ev, const char *what, drt_error_t 
     double deadline = drt_now() + g->c->timeout;
 
     for (unsigned spins = 0;; spins++) {
-        cudaError_t rc = g->api->cudaEventQuery(ev);
-        if (rc == cudaSuccess)
+        cudaError_t rc;
+        /* the failure first: an abort in progress may hold CUDA's context
+         * lock, and cudaEventQuery would wait for it */
+        if (gpu_failed(g, err) < 0)
+            return -1;
+        if ((rc = g->api->cudaEventQuery(ev)) == cudaSuccess)
             return 0;
         if (rc != cudaErrorNotReady)
             return cuda_ok(g, rc, what, err);
-        if (gpu_failed(g, err) < 0)
-            return -1;
         if (drt_now() > deadline)
             return gpu_fail(g, err, "ddprt: GPU collective #%llu: %s: not done after "
                             "DDPRT_TIMEOUT=%gs (a peer stopped, or the stream waits on "
@@ -151,13 +161,15 @@ static int reduce_call(coll_set_t *s, const group_t *grp, int kind, const void *
     if (nccl_begin(g, ng, err) < 0)
         return -1;
     rc = red_op(g, ng, grp->n, x, &op, &made);
+    made &= rc == ncclSuccess;
     if (rc == ncclSuccess && kind == RS)
         rc = a->ncclReduceScatter(in, out, count, nccl_type(x->t), op, ng->comm, g->cur);
     else if (rc == ncclSuccess)
         rc = a->ncclAllReduce(in, out, count, nccl_type(x->t), op, ng->comm, g->cur);
-    if (made) /* allowed once the call that uses it has returned */
-        a->ncclRedOpDestroy(op, ng->comm);
-    return nccl_settle(g, ng, rc, kind == RS ? "reduce-scatter" : "allreduce", err);
+    /* the op may go once the call using it has returned, which on a
+     * non-blocking communicator is when it is no longer in progress */
+    return nccl_settle_op(g, ng, rc, kind == RS ? "reduce-scatter" : "allreduce",
+                          made ? &op : NULL, err);
 }
 
 /* NCCL's reduce-scatter and allgather take equal, contiguous blocks in
