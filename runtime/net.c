@@ -59,7 +59,8 @@ int net_listen(int port, int *out_port, drt_error_t *err)
         int e = errno;
         close(fd);
         drt_fail(err, "cannot listen on port %d: %s%s", port, strerror(e),
-                 e == EADDRINUSE ? " (another job on this node? set MASTER_PORT)" : "");
+                 e == EADDRINUSE ? " (another job on this node? set DDPRT_PORT, the runtime's "
+                 "port, or MASTER_PORT when DDPRT_PORT is unset)" : "");
         errno = e; /* callers retry on EADDRINUSE */
         return -1;
     }
