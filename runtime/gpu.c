@@ -94,23 +94,6 @@ int gpu_req_wait(struct gpu_req *g, drt_error_t *err)
     return no_gpu(err);
 }
 
-/* 1 once the outstanding work is done, polled under DDPRT_TIMEOUT; 0 on a
- * failure or when it is still not done then */
-static int work_drained(struct gpu *g, uint64_t *seq, cudaError_t *bad)
-{
-    double end = drt_now() + g->c->timeout;
-    int left;
-
-    for (unsigned spins = 0; gpu_failed(g, NULL) == 0; spins++) {
-        if ((left = work_check(g, seq, bad)) <= 0)
-            return left == 0;
-        if (drt_now() > end)
-            return 0;
-        gpu_idle(spins);
-    }
-    return 0;
-}
-
 void gpu_finalize(drt_comm_t *c)
 {
     (void)c;
