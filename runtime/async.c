@@ -15,6 +15,7 @@ struct drt_request {
     drt_dtype_t dtype;
     drt_op_t op;
     int done, rc;
+    double t_start, t_end; /* when the progress thread began and ended it */
     drt_error_t err;
     drt_request_t *next;
     struct gpu_req *gpu; /* drt_gpu_iallreduce's (gpu.c): polled there, never queued */
@@ -42,7 +43,9 @@ static void *progress(void *arg)
             break;
         r = c->queue_head;
         pthread_mutex_unlock(&c->lock);
+        r->t_start = drt_now();
         r->rc = coll_allreduce(c, r->send, r->recv, r->count, r->dtype, r->op, &r->err);
+        r->t_end = drt_now();
         pthread_mutex_lock(&c->lock);
         c->queue_head = r->next;
         if (!c->queue_head)
@@ -96,14 +99,20 @@ int drt_test(drt_request_t *r, int *done, drt_error_t *err)
 
 int drt_wait(drt_request_t *r, drt_error_t *err)
 {
+    int rc;
+
+    if (!r->gpu)
+        return async_wait_timed(r, NULL, err);
+    rc = gpu_req_wait(r->gpu, err);
+    free(r);
+    return rc;
+}
+
+int async_wait_timed(drt_request_t *r, double *busy, drt_error_t *err)
+{
     drt_comm_t *c = r->comm;
     int rc;
 
-    if (r->gpu) {
-        rc = gpu_req_wait(r->gpu, err);
-        free(r);
-        return rc;
-    }
     pthread_mutex_lock(&c->lock);
     while (!r->done)
         pthread_cond_wait(&c->cond, &c->lock);
@@ -111,6 +120,8 @@ int drt_wait(drt_request_t *r, drt_error_t *err)
     rc = r->rc;
     if (rc < 0 && err)
         *err = r->err;
+    if (busy)
+        *busy = r->t_end - r->t_start;
     free(r);
     return rc;
 }

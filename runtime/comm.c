@@ -149,3 +149,12 @@ void drt_set_algo(drt_comm_t *c, drt_algo_t algo)
 {
     c->algo = algo;
 }
+
+drt_algo_t drt_get_algo(const drt_comm_t *c)
+{
+    return c->algo;
+}
+int drt_node_of(const drt_comm_t *c, int rank)
+{
+    return rank >= 0 && rank < c->size ? c->node_of[rank] : -1;
+}

@@ -67,9 +67,12 @@ int drt_node_rank(const drt_comm_t *c);
 int drt_node_count(const drt_comm_t *c);
 int drt_rail_rank(const drt_comm_t *c);
 int drt_rail_size(const drt_comm_t *c);
+/* the node (GROUP_RANK) world rank `rank` runs on, -1 for no such rank */
+int drt_node_of(const drt_comm_t *c, int rank);
 
 /* Choose the allreduce algorithm (the default comes from DDPRT_ALGO). */
 void drt_set_algo(drt_comm_t *c, drt_algo_t algo);
+drt_algo_t drt_get_algo(const drt_comm_t *c);
 const char *drt_algo_name(drt_algo_t algo);
 /* 0 on success; "flat", "hier" or "auto"; -1 when unknown */
 int drt_algo_parse(const char *name, drt_algo_t *algo);
@@ -131,6 +134,108 @@ int drt_gpu_iallreduce(drt_comm_t *c, const void *send, void *recv, size_t count
 /* wait (bounded by DDPRT_TIMEOUT) until stream has done all work issued on
  * it; -1 with the first error the GPU path found */
 int drt_gpu_sync(drt_comm_t *c, void *stream, drt_error_t *err);
+
+/* ---- Gradient buckets: allreduce overlapped with backward -------------------
+ * The caller registers its gradients in model order (drt_buckets_add); at
+ * the first step they are packed, from the last registered, into buckets:
+ * first_cap bytes for bucket 0 (the gradients backward produces first),
+ * cap bytes for the others (one gradient larger than a cap is a bucket of
+ * its own). All gradients of a bucket share one dtype; a change of dtype
+ * starts a new bucket. A step is drt_buckets_begin, drt_buckets_ready for
+ * each gradient as backward produces it, drt_buckets_finish. A bucket's
+ * allreduce (op, on the non-blocking path) starts the moment its last
+ * gradient is ready, and buckets always start in index order on every rank
+ * (a bucket full before an earlier one waits for it), so the ranks' calls
+ * match. finish starts what is left, waits for all, and writes the results
+ * back. A gradient not marked ready in a step (an unused parameter)
+ * contributes zeros, and still receives the other ranks' values; marking one
+ * twice in a step is an error. Host buffers only. */
+typedef struct drt_buckets drt_buckets_t;
+
+/* What one step cost, the same on every rank except the rank's own times. */
+typedef struct {
+    double step_s;      /* begin to finish's return */
+    double compute_s;   /* begin to the last gradient ready (or finish) */
+    double comm_s;      /* the buckets' allreduces, end to end, in sum (waits for peers included) */
+    double exposed_s;   /* finish's wait: the communication backward did not hide */
+    double skew_s;      /* the largest, over buckets, of the last rank's lag behind the first */
+    int slowest_rank;   /* the rank last to its buckets on average; -1 on one rank */
+    double slowest_lag_s; /* its mean lag behind the first rank to arrive */
+    int stop;           /* some rank has seen a preemption signal (drt_preempt_watch) */
+    size_t bytes;       /* bytes allreduced */
+    int buckets;
+} drt_step_stats_t;
+
+/* cap, first_cap: bytes, 0 for the defaults (DDPRT_BUCKET_MB, else 25 MiB;
+ * DDPRT_FIRST_BUCKET_MB, else 1 MiB), SIZE_MAX for one bucket. op: DRT_AVG
+ * for gradients (applied once). */
+int drt_buckets_create(drt_comm_t *c, size_t cap, size_t first_cap, drt_op_t op,
+                       drt_buckets_t **b, drt_error_t *err);
+/* Register a gradient of count elements; returns its index, or -1. grad:
+ * the caller's buffer (copied into the bucket when ready, results copied
+ * back by finish), or NULL for storage inside the bucket (drt_buckets_grad:
+ * no copies). Only before the first begin. */
+int drt_buckets_add(drt_buckets_t *b, void *grad, size_t count, drt_dtype_t t, drt_error_t *err);
+/* the gradient's storage: the caller's buffer, or the bucket's (valid after
+ * the first drt_buckets_begin, which packs the buckets) */
+void *drt_buckets_grad(drt_buckets_t *b, int index);
+int drt_buckets_count(const drt_buckets_t *b); /* buckets, after the first begin */
+int drt_buckets_begin(drt_buckets_t *b, drt_error_t *err);
+int drt_buckets_ready(drt_buckets_t *b, int index, drt_error_t *err);
+/* collective: every rank's gradients reduced, stats filled (may be NULL) */
+int drt_buckets_finish(drt_buckets_t *b, drt_step_stats_t *stats, drt_error_t *err);
+void drt_buckets_free(drt_buckets_t *b);
+
+/* ---- Preemption --------------------------------------------------------------
+ * SLURM signals each task at different moments (--signal=USR1@T, scancel
+ * --signal, preemption's SIGTERM). drt_preempt_watch catches SIGUSR1 and
+ * SIGTERM (the handler only sets a flag); every drt_buckets_finish then
+ * tells all ranks whether any rank has seen one (stats->stop), so all stop
+ * after the same step. drt_preempt_signal: the signal seen here, 0 none. */
+int drt_preempt_watch(drt_error_t *err);
+int drt_preempt_signal(void);
+
+/* ---- Checkpoints ---------------------------------------------------------------
+ * A checkpoint is a set of named sections (byte strings) for one step,
+ * written to DIR/ckpt-<step>.ddprt with a format version and a BLAKE2b
+ * checksum: into a temporary file, fsync, rename, fsync of DIR, so a crash
+ * leaves the previous checkpoint whole. drt_ckpt_save copies the sections
+ * and returns; a thread writes them. With a local directory (node-local
+ * storage), the thread writes there first, then copies to DIR. The last
+ * `keep` checkpoints in DIR (and in the local directory) stay, older ones
+ * are removed. Not collective: in data-parallel training rank 0 saves. */
+typedef struct drt_ckpt drt_ckpt_t;
+typedef struct {
+    const char *name; /* up to 63 bytes */
+    const void *data;
+    size_t len;
+} drt_ckpt_section_t;
+typedef struct {
+    uint64_t step;     /* of the checkpoint this describes */
+    size_t bytes;      /* the file's size */
+    double stall_s;    /* what drt_ckpt_save cost its caller (the copy, a wait for the previous write) */
+    double write_s;    /* the background write to DIR (both levels with a local directory) */
+    double local_s;    /* of which the local level, 0 without */
+} drt_ckpt_stats_t;
+
+int drt_ckpt_open(const char *dir, const char *local_dir, int keep, drt_ckpt_t **ck,
+                  drt_error_t *err);
+/* waits for the previous save first; -1 also when that write failed (its
+ * error; the checkpoint before it stays the newest) */
+int drt_ckpt_save(drt_ckpt_t *ck, uint64_t step, const drt_ckpt_section_t *sections, int n,
+                  drt_error_t *err);
+/* Wait for the last save's write; stats (may be NULL) describe it. -1 with
+ * its error. */
+int drt_ckpt_wait(drt_ckpt_t *ck, drt_ckpt_stats_t *stats, drt_error_t *err);
+/* Load the newest valid checkpoint of DIR: 1 and *step when one was found,
+ * 0 when DIR has none, -1 on an error. A file that is truncated, corrupt,
+ * of another version or not a regular file is skipped with a warning on
+ * stderr naming it. */
+int drt_ckpt_load(drt_ckpt_t *ck, uint64_t *step, drt_error_t *err);
+/* a section of the loaded checkpoint, NULL when it has none by that name */
+const void *drt_ckpt_section(const drt_ckpt_t *ck, const char *name, size_t *len);
+/* waits for an outstanding write (its error is reported on stderr) */
+void drt_ckpt_close(drt_ckpt_t *ck);
 
 #ifdef __cplusplus
 }

@@ -187,6 +187,8 @@ void drt_async_stop(drt_comm_t *c);
 /* until every queued non-blocking request is done: before anything else
  * uses the CPU groups (blocking collectives, the GPU path's fences) */
 void async_drain(drt_comm_t *c);
+/* drt_wait of a host (not GPU) request, and how long the progress thread spent on it */
+int async_wait_timed(drt_request_t *r, double *busy, drt_error_t *err);
 
 /* gpu.c: the GPU path's state, freed by drt_finalize (after aborting
  * outstanding NCCL work) */

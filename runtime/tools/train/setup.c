@@ -1,0 +1,117 @@
+/* ddp-train's start and end: the world, the model, the data, the buckets;
+ * the final checkpoint and the weights' checksum. */
+#include "train.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void die(const char *what, const char *why)
+{
+    fprintf(stderr, "ddp-train: %s: %s\n", what, why);
+    exit(1);
+}
+
+static void *xcalloc(size_t n, size_t size)
+{
+    void *p = calloc(n ? n : 1, size);
+
+    if (!p)
+        die("out of memory", "the data, the batch or the model does not fit (make them smaller)");
+    return p;
+}
+
+/* Gradients in model order; the buckets take them from the last. */
+static void make_buckets(train_t *t)
+{
+    size_t cap = (size_t)(t->o.bucket_mb * (1 << 20)), first = (size_t)(t->o.first_bucket_mb * (1 << 20));
+    drt_error_t e;
+
+    if (t->o.no_overlap)
+        cap = first = SIZE_MAX;
+    if (drt_buckets_create(t->c, cap, first, DRT_AVG, &t->buckets, &e) < 0)
+        die("gradient buckets", e.text);
+    for (int i = 0; i < t->np; i++)
+        if (drt_buckets_add(t->buckets, t->p[i].g, t->p[i].n, DRT_FLOAT32, &e) < 0)
+            die("gradient buckets", e.text);
+}
+
+static void make_model(train_t *t)
+{
+    char err[300];
+
+    t->data = data_create(t->o.samples, t->o.seed, err, sizeof(err));
+    if (!t->data)
+        die("the data set", err);
+    t->model = model_create(t->o.model, t->o.hidden, t->o.layers, t->o.seed, err, sizeof(err));
+    if (!t->model)
+        die("the model", err);
+    t->np = model_params(t->model, &t->p);
+    t->x = xcalloc((size_t)t->o.batch * DATA_FEATURES, sizeof(float));
+    t->y = xcalloc((size_t)t->o.batch, sizeof(int));
+    t->perm = xcalloc(t->o.samples, sizeof(uint32_t));
+}
+
+static void banner(const train_t *t)
+{
+    int n = drt_size(t->c);
+
+    if (drt_rank(t->c))
+        return;
+    printf("ddp-train: %d ranks on %d nodes, model %s (%zu parameters), batch %d x %d, lr %g, "
+           "algo %s%s\n",
+           n, drt_node_count(t->c), t->o.model, model_size(t->model), t->o.batch, n, t->lr,
+           drt_algo_name(t->algo), t->o.no_overlap ? ", one allreduce after backward" : "");
+    fflush(stdout);
+}
+
+void setup(train_t *t)
+{
+    drt_error_t e;
+
+    if (drt_init(&t->c, &e) < 0)
+        die("bootstrap", e.text);
+    make_model(t);
+    make_buckets(t);
+    if (drt_preempt_watch(&e) < 0)
+        die("preemption", e.text);
+    t->lr = t->o.lr * (t->o.lr_scale ? drt_size(t->c) : 1);
+    resume(t); /* sets the algorithm: the checkpoint's unless --algo */
+    drt_set_algo(t->c, t->algo);
+    telemetry_open(t);
+    banner(t);
+}
+
+/* FNV-1a over every weight's bytes, in model order: equal checksums, equal
+ * weights (bit for bit), to be compared between runs. */
+static uint64_t checksum(const train_t *t)
+{
+    uint64_t h = 1469598103934665603ull;
+
+    for (int i = 0; i < t->np; i++) {
+        const unsigned char *b = (const unsigned char *)t->p[i].w;
+        for (size_t k = 0; k < t->p[i].n * sizeof(float); k++)
+            h = (h ^ b[k]) * 1099511628211ull;
+    }
+    return h;
+}
+
+int finish(train_t *t, int rc)
+{
+    if (rc == 0 && t->o.ckpt_dir && t->s.step != t->ckpt_step)
+        checkpoint_now(t, 1); /* the end state too: a rerun finds nothing left to do */
+    checkpoint_close(t);
+    telemetry_close(t);
+    if (rc == 0 && drt_rank(t->c) == 0)
+        printf("final weights checksum: %016" PRIx64 " (after %" PRIu64 " steps)\n", checksum(t),
+               t->s.step);
+    fflush(stdout);
+    drt_buckets_free(t->buckets);
+    drt_finalize(t->c);
+    model_free(t->model);
+    data_free(t->data);
+    free(t->x);
+    free(t->y);
+    free(t->perm);
+    return rc;
+}

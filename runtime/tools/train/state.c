@@ -1,0 +1,324 @@
+/* ddp-train's checkpoints: what a run needs to continue bit for bit.
+ *
+ * The ranks' weights and momentum are identical (the same averaged
+ * gradients, the same update), so rank 0 alone saves them, with the
+ * sampler's position (epoch, samples of it used), the step, the epoch's
+ * loss so far and the settings that must not change on resume. On start,
+ * rank 0 loads the newest valid checkpoint and broadcasts it; every rank
+ * checks the settings the same way, so all accept or all refuse. The
+ * shuffles need no saved generator state: each epoch's order is a pure
+ * function of seed + epoch (data.h). */
+#include "train.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define META_MAX 2048
+
+static void die(const char *what, const char *why)
+{
+    fprintf(stderr, "ddp-train: %s: %s\n", what, why);
+    exit(1);
+}
+
+/* ---- the "meta" section: key value lines ---- */
+
+static void meta_write(const train_t *t, char *buf, size_t len)
+{
+    snprintf(buf, len,
+             "ddp-train 1\nmodel %s\nhidden %d\nlayers %d\nsamples %" PRIu64 "\nseed %" PRIu64
+             "\nepoch %" PRIu64 "\noffset %" PRIu64 "\nstep %" PRIu64 "\nworld %d\nbatch %d\n"
+             "algo %s\nmomentum_started %d\nloss_sum %a\nloss_count %" PRIu64 "\n",
+             t->o.model, t->o.hidden, t->o.layers, t->o.samples, t->o.seed, t->s.epoch,
+             t->s.offset, t->s.step, drt_size(t->c), t->o.batch, drt_algo_name(t->algo),
+             (int)model_momentum_started(t->model), t->s.loss_sum, t->s.loss_count);
+}
+
+/* the value of `key` in meta, or NULL */
+static const char *meta_get(const char *meta, const char *key, char *val, size_t len)
+{
+    size_t k = strlen(key);
+
+    for (const char *l = meta; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        const char *end = strchr(l, '\n');
+        size_t n = end ? (size_t)(end - l) : strlen(l);
+        if (n > k && !strncmp(l, key, k) && l[k] == ' ' && n - k - 1 < len) {
+            memcpy(val, l + k + 1, n - k - 1);
+            val[n - k - 1] = 0;
+            return val;
+        }
+    }
+    return NULL;
+}
+
+static int meta_u64(const char *meta, const char *key, uint64_t *v)
+{
+    char buf[64], *end;
+
+    if (!meta_get(meta, key, buf, sizeof(buf)))
+        return -1;
+    *v = strtoull(buf, &end, 10);
+    return *end ? -1 : 0;
+}
+
+/* The checkpoint must be of this model, data and seed; the world size and
+ * batch may change (the sampler continues at the same sample). Fills why
+ * when it refuses. */
+static int meta_check(const train_t *t, const char *meta, char *why, size_t len)
+{
+    char kind[16] = "";
+    uint64_t hidden = 0, layers = 0, samples = 0, seed = 0, version = 0;
+
+    if (meta_u64(meta, "ddp-train", &version) || version != 1 ||
+        !meta_get(meta, "model", kind, sizeof(kind)) || meta_u64(meta, "hidden", &hidden) ||
+        meta_u64(meta, "layers", &layers) || meta_u64(meta, "samples", &samples) ||
+        meta_u64(meta, "seed", &seed)) {
+        snprintf(why, len, "its state is not ddp-train's version 1");
+        return -1;
+    }
+    if (strcmp(kind, t->o.model) ||
+        (!strcmp(kind, "mlp") && (hidden != (uint64_t)t->o.hidden || layers != (uint64_t)t->o.layers))) {
+        snprintf(why, len, "it is of model %s (hidden %" PRIu64 ", layers %" PRIu64 "), this run's is %s"
+                 " (hidden %d, layers %d)", kind, hidden, layers, t->o.model, t->o.hidden, t->o.layers);
+        return -1;
+    }
+    if (samples != t->o.samples || seed != t->o.seed) {
+        snprintf(why, len, "it is of --samples %" PRIu64 " --seed %" PRIu64 ", this run's are %" PRIu64
+                 " and %" PRIu64, samples, seed, t->o.samples, t->o.seed);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- saving ---- */
+
+static void report_write(train_t *t)
+{
+    drt_ckpt_stats_t st;
+    drt_error_t e;
+
+    if (!t->ckpt_pending)
+        return;
+    t->ckpt_pending = 0;
+    t->ckpt_failed = 0;
+    if (drt_ckpt_wait(t->ckpt, &st, &e) < 0) {
+        t->ckpt_failed = 1;
+        fprintf(stderr, "ddp-train: %s (training goes on; the checkpoint before step %" PRIu64
+                " stays the newest)\n", e.text, t->ckpt_step);
+        return;
+    }
+    printf("checkpoint step %" PRIu64 ": %zu bytes written in %.1f ms (in the background%s), "
+           "stall %.1f ms\n", st.step, st.bytes, st.write_s * 1e3,
+           t->o.ckpt_local ? ", local level first" : "", st.stall_s * 1e3);
+}
+
+/* The epoch's loss so far, summed over ranks into rank 0's share, so the
+ * saved sum is the whole world's. */
+static void fold_loss(train_t *t)
+{
+    double v[2] = {t->s.loss_sum, (double)t->s.loss_count};
+    drt_error_t e;
+
+    if (drt_allreduce(t->c, v, v, 2, DRT_FLOAT64, DRT_SUM, &e) < 0)
+        die("checkpoint", e.text);
+    t->s.loss_sum = drt_rank(t->c) == 0 ? v[0] : 0;
+    t->s.loss_count = drt_rank(t->c) == 0 ? (uint64_t)v[1] : 0;
+}
+
+static void save(train_t *t, int wait)
+{
+    drt_ckpt_section_t *sec = calloc(2 * (size_t)t->np + 1, sizeof(*sec));
+    char meta[META_MAX], (*names)[80] = calloc(2 * (size_t)t->np, sizeof(*names));
+    drt_error_t e;
+
+    if (!sec || !names)
+        die("checkpoint", "out of memory");
+    meta_write(t, meta, sizeof(meta));
+    sec[0] = (drt_ckpt_section_t){"meta", meta, strlen(meta) + 1};
+    for (int i = 0; i < t->np; i++) {
+        snprintf(names[2 * i], sizeof(names[0]), "w:%s", t->p[i].name);
+        snprintf(names[2 * i + 1], sizeof(names[0]), "m:%s", t->p[i].name);
+        sec[1 + 2 * i] = (drt_ckpt_section_t){names[2 * i], t->p[i].w, t->p[i].n * sizeof(float)};
+        sec[2 + 2 * i] = (drt_ckpt_section_t){names[2 * i + 1], t->p[i].m, t->p[i].n * sizeof(float)};
+    }
+    report_write(t);
+    if (drt_ckpt_save(t->ckpt, t->s.step, sec, 1 + 2 * t->np, &e) < 0) {
+        t->ckpt_failed = 1;
+        fprintf(stderr, "ddp-train: %s (training goes on)\n", e.text);
+    } else
+        t->ckpt_pending = 1;
+    free(sec);
+    free(names);
+    if (wait)
+        report_write(t);
+}
+
+void checkpoint_now(train_t *t, int wait)
+{
+    if (!t->o.ckpt_dir)
+        return;
+    fold_loss(t);
+    if (drt_rank(t->c) == 0)
+        save(t, wait);
+    t->ckpt_step = t->s.step;
+    fflush(stdout);
+}
+
+void checkpoint_close(train_t *t)
+{
+    if (t->ckpt) {
+        report_write(t);
+        drt_ckpt_close(t->ckpt);
+        t->ckpt = NULL;
+    }
+}
+
+/* Every rank waits for rank 0's save, so none exits (and no launcher
+ * starts stopping the others) before the checkpoint is whole; all exit 75
+ * when it was written, 1 when it failed. */
+int preempted(train_t *t)
+{
+    int32_t saved = !t->ckpt_failed;
+    int sig = drt_preempt_signal();
+    drt_error_t e;
+
+    if (drt_broadcast(t->c, &saved, sizeof(saved), 0, &e) < 0)
+        die("preemption", e.text);
+    fprintf(stderr, "ddp-train: rank %d: preempted (%s): stopped after step %" PRIu64 "%s\n",
+            drt_rank(t->c), sig ? "a signal reached this rank" : "another rank got a signal",
+            t->s.step, !t->o.ckpt_dir ? " (no --checkpoint-dir: nothing was saved)"
+                       : saved ? "" : " (its checkpoint failed: a rerun resumes from the one before)");
+    return saved ? TRAIN_EXIT_PREEMPTED : 1;
+}
+
+/* ---- resuming ---- */
+
+/* rank 0: load the newest valid checkpoint into the model and t->s; the
+ * meta text goes to the other ranks. 1 found, 0 none, -1 refused (why). */
+static int load(train_t *t, char *meta, char *why, size_t len)
+{
+    uint64_t step;
+    size_t n;
+    drt_error_t e;
+    const char *m;
+    int rc = drt_ckpt_load(t->ckpt, &step, &e);
+
+    if (rc <= 0) {
+        snprintf(why, len, "%s", rc < 0 ? e.text : "");
+        return rc;
+    }
+    m = drt_ckpt_section(t->ckpt, "meta", &n);
+    if (!m || !n || n > META_MAX || m[n - 1]) {
+        snprintf(why, len, "checkpoint step %" PRIu64 " of %s has no valid meta section", step, t->o.ckpt_dir);
+        return -1;
+    }
+    memcpy(meta, m, n);
+    if (meta_check(t, meta, why, len) < 0)
+        return -1;
+    for (int i = 0; i < t->np; i++) {
+        char name[80];
+        const void *w, *mo;
+        size_t nw, nm;
+        snprintf(name, sizeof(name), "w:%s", t->p[i].name);
+        w = drt_ckpt_section(t->ckpt, name, &nw);
+        name[0] = 'm';
+        mo = drt_ckpt_section(t->ckpt, name, &nm);
+        if (!w || !mo || nw != t->p[i].n * sizeof(float) || nm != nw) {
+            snprintf(why, len, "checkpoint step %" PRIu64 ": parameter %s is missing or of another size",
+                     step, t->p[i].name);
+            return -1;
+        }
+        memcpy(t->p[i].w, w, nw);
+        memcpy(t->p[i].m, mo, nm);
+    }
+    return 1;
+}
+
+/* every rank: t->s and the algorithm from the meta text */
+static void apply_meta(train_t *t, const char *meta)
+{
+    char algo[16];
+    uint64_t started = 0, count = 0;
+    drt_algo_t a;
+
+    meta_u64(meta, "epoch", &t->s.epoch);
+    meta_u64(meta, "offset", &t->s.offset);
+    meta_u64(meta, "step", &t->s.step);
+    meta_u64(meta, "momentum_started", &started);
+    model_set_momentum_started(t->model, started != 0);
+    if (meta_get(meta, "algo", algo, sizeof(algo)) && drt_algo_parse(algo, &a) == 0 && !t->o.algo)
+        t->algo = a;
+    if (drt_rank(t->c) == 0) {
+        char sum[64];
+        meta_u64(meta, "loss_count", &count);
+        t->s.loss_count = count;
+        t->s.loss_sum = meta_get(meta, "loss_sum", sum, sizeof(sum)) ? strtod(sum, NULL) : 0;
+    }
+    t->ckpt_step = t->s.step;
+}
+
+/* rank 0's weights and momentum to every rank */
+static void share_params(train_t *t)
+{
+    drt_error_t e;
+
+    for (int i = 0; i < t->np; i++)
+        if (drt_broadcast(t->c, t->p[i].w, t->p[i].n * sizeof(float), 0, &e) < 0 ||
+            drt_broadcast(t->c, t->p[i].m, t->p[i].n * sizeof(float), 0, &e) < 0)
+            die("resume", e.text);
+}
+
+static void default_algo(train_t *t)
+{
+    t->algo = drt_get_algo(t->c); /* DDPRT_ALGO, else auto */
+    if (t->o.algo)
+        drt_algo_parse(t->o.algo, &t->algo);
+}
+
+/* what rank 0 found, for everyone */
+typedef struct {
+    int32_t status; /* 1 found, 0 none, -1 refused */
+    char text[META_MAX];
+} found_t;
+
+void resume(train_t *t)
+{
+    found_t f = {0};
+    drt_error_t e;
+
+    default_algo(t);
+    if (!t->o.ckpt_dir)
+        return;
+    if (drt_rank(t->c) == 0) {
+        if (drt_ckpt_open(t->o.ckpt_dir, t->o.ckpt_local, t->o.keep, &t->ckpt, &e) < 0) {
+            f.status = -1;
+            snprintf(f.text, sizeof(f.text), "%s", e.text);
+        } else if (!t->o.fresh) {
+            char why[sizeof(drt_error_t) + 100] = "";
+            f.status = load(t, f.text, why, sizeof(why));
+            if (f.status < 0)
+                snprintf(f.text, sizeof(f.text), "cannot resume from %s: %s (use --fresh to start "
+                         "over, or another --checkpoint-dir)", t->o.ckpt_dir, why);
+        }
+    }
+    if (drt_broadcast(t->c, &f, sizeof(f), 0, &e) < 0)
+        die("resume", e.text);
+    if (f.status < 0)
+        die("checkpoint", f.text);
+    if (f.status == 0) {
+        if (t->o.resume)
+            die("--resume", "no valid checkpoint to resume from (run without --resume to start over)");
+        return;
+    }
+    apply_meta(t, f.text);
+    share_params(t);
+    if (drt_rank(t->c) == 0) {
+        uint64_t world = 0;
+        printf("resumed from step %" PRIu64 " (epoch %" PRIu64 ", sample %" PRIu64 " of it) in %s\n",
+               t->s.step, t->s.epoch, t->s.offset, t->o.ckpt_dir);
+        if (!meta_u64(f.text, "world", &world) && world != (uint64_t)drt_size(t->c))
+            printf("note: the checkpoint was written by %" PRIu64 " ranks, this run has %d: the sampler "
+                   "continues at the same sample; the learning rate is %g\n", world, drt_size(t->c), t->lr);
+    }
+}

@@ -1,0 +1,129 @@
+/* ddp-train's telemetry: every --log-every steps rank 0 prints one line of
+ * averages over those steps, and names the straggler: the rank that was
+ * last to its buckets in most of the steps, when it lagged by at least
+ * --straggler-ms. --metrics writes every step as a JSON line. */
+#include "train.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+void telemetry_open(train_t *t)
+{
+    int n = drt_size(t->c);
+
+    t->w.slowest = calloc((size_t)n, sizeof(int));
+    t->w.lag = calloc((size_t)n, sizeof(double));
+    if (!t->w.slowest || !t->w.lag) {
+        fprintf(stderr, "ddp-train: out of memory\n");
+        exit(1);
+    }
+    if (drt_rank(t->c))
+        return;
+    /* appended to: a resumed run continues the file */
+    if (t->o.metrics && !(t->metrics = fopen(t->o.metrics, "a")))
+        perror(t->o.metrics), exit(1);
+    if (t->o.dump && !(t->dump = fopen(t->o.dump, "a")))
+        perror(t->o.dump), exit(1);
+}
+
+/* bus bandwidth as nccl-tests defines it: what each rank's links carry */
+static double busbw(const train_t *t, double bytes, double secs)
+{
+    int n = drt_size(t->c);
+
+    return n > 1 && secs > 0 ? 2.0 * (n - 1) / n * bytes / secs / 1e9 : 0;
+}
+
+static void metrics_line(train_t *t, const drt_step_stats_t *st)
+{
+    fprintf(t->metrics,
+            "{\"step\": %" PRIu64 ", \"epoch\": %" PRIu64 ", \"loss\": %.6f, \"step_ms\": %.3f, "
+            "\"compute_ms\": %.3f, \"comm_ms\": %.3f, \"exposed_ms\": %.3f, \"skew_ms\": %.3f, "
+            "\"busbw_gbs\": %.4f, \"buckets\": %d, \"slowest_rank\": %d, \"slowest_lag_ms\": %.3f, "
+            "\"algo\": \"%s\"}\n",
+            t->s.step, t->s.epoch, t->batch_loss, st->step_s * 1e3, st->compute_s * 1e3,
+            st->comm_s * 1e3, st->exposed_s * 1e3, st->skew_s * 1e3,
+            busbw(t, (double)st->bytes, st->comm_s), st->buckets, st->slowest_rank,
+            st->slowest_lag_s * 1e3, drt_algo_name(t->algo));
+}
+
+/* the straggler of the window, -1 for none */
+static int straggler(const train_t *t, double *lag_ms)
+{
+    int n = drt_size(t->c), best = -1;
+
+    for (int r = 0; r < n; r++)
+        if (t->w.slowest[r] * 2 > (int)t->w.steps && (best < 0 || t->w.slowest[r] > t->w.slowest[best]))
+            best = r;
+    if (best < 0)
+        return -1;
+    *lag_ms = t->w.lag[best] / t->w.slowest[best] * 1e3;
+    return *lag_ms >= t->o.straggler_ms ? best : -1;
+}
+
+/* The line (collective: the window's loss over all ranks). */
+static void print_line(train_t *t)
+{
+    double v[2] = {t->w.loss, (double)t->w.steps}, k = (double)t->w.steps, lag = 0;
+    drt_error_t e;
+    int s;
+
+    if (drt_allreduce(t->c, v, v, 2, DRT_FLOAT64, DRT_SUM, &e) < 0) {
+        fprintf(stderr, "ddp-train: telemetry: %s\n", e.text);
+        exit(1);
+    }
+    if (drt_rank(t->c) == 0) {
+        s = straggler(t, &lag);
+        printf("step %" PRIu64 " loss %.6f step %.2f ms compute %.2f ms comm %.2f ms exposed %.2f ms "
+               "busbw %.3f GB/s algo %s",
+               t->s.step, v[0] / v[1], t->w.step_s / k * 1e3, t->w.compute_s / k * 1e3,
+               t->w.comm_s / k * 1e3, t->w.exposed_s / k * 1e3, busbw(t, t->w.bytes, t->w.comm_s),
+               drt_algo_name(t->algo));
+        if (s >= 0)
+            printf(" slowest rank %d (node %d) lag %.1f ms\n", s, drt_node_of(t->c, s), lag);
+        else
+            printf(" slowest none\n");
+        fflush(stdout);
+    }
+}
+
+static void window_reset(train_t *t)
+{
+    int n = drt_size(t->c);
+
+    memset(t->w.slowest, 0, (size_t)n * sizeof(int));
+    memset(t->w.lag, 0, (size_t)n * sizeof(double));
+    t->w = (window_t){.slowest = t->w.slowest, .lag = t->w.lag};
+}
+
+void telemetry_step(train_t *t, const drt_step_stats_t *st)
+{
+    if (t->metrics)
+        metrics_line(t, st);
+    t->w.steps++;
+    t->w.loss += t->batch_loss;
+    t->w.step_s += st->step_s;
+    t->w.compute_s += st->compute_s;
+    t->w.comm_s += st->comm_s;
+    t->w.exposed_s += st->exposed_s;
+    t->w.bytes += (double)st->bytes;
+    if (st->slowest_rank >= 0) {
+        t->w.slowest[st->slowest_rank]++;
+        t->w.lag[st->slowest_rank] += st->slowest_lag_s;
+    }
+    if (t->o.log_every && t->s.step % t->o.log_every == 0) {
+        print_line(t);
+        window_reset(t);
+    }
+}
+
+void telemetry_close(train_t *t)
+{
+    if (t->metrics)
+        fclose(t->metrics);
+    if (t->dump)
+        fclose(t->dump);
+    free(t->w.slowest);
+    free(t->w.lag);
+}

@@ -1,0 +1,98 @@
+/* ddp-train's parts: options.c (the command line), setup.c (the world,
+ * the model, the buckets; the end), state.c (checkpoints, resume,
+ * preemption), telemetry.c (the step line and --metrics). The model and
+ * the data are model.c and data.c; --plot and --compare are tools.h's. */
+#ifndef DDP_TRAIN_H
+#define DDP_TRAIN_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "data.h"
+#include "ddprt.h"
+#include "model.h"
+#include "tools.h"
+
+/* exit status: the ranks stopped on a signal after saving a checkpoint;
+ * run the same command again (it resumes). EX_TEMPFAIL of sysexits.h. */
+#define TRAIN_EXIT_PREEMPTED 75
+
+typedef struct {
+    const char *model;
+    int hidden, layers;
+    uint64_t samples, seed, max_steps;
+    int epochs, batch;
+    double lr, momentum;
+    int lr_scale;           /* lr x world size (the default) */
+    const char *algo;       /* NULL: the checkpoint's, else DDPRT_ALGO's */
+    double bucket_mb, first_bucket_mb;
+    int no_overlap;         /* one allreduce after backward */
+    const char *ckpt_dir, *ckpt_local;
+    uint64_t ckpt_every;
+    int keep, resume, fresh, sync_ckpt;
+    uint64_t log_every;
+    const char *metrics, *dump;
+    int slow_rank;
+    long slow_ms;
+    double straggler_ms;    /* a lag below this names no straggler */
+} opts_t;
+
+/* What a checkpoint holds besides the weights and momentum. */
+typedef struct {
+    uint64_t epoch, offset; /* the sampler: samples of this epoch already used */
+    uint64_t step;          /* steps done, all epochs */
+    double loss_sum;        /* this epoch's loss so far: rank 0's share holds all ranks' */
+    uint64_t loss_count;
+} progress_t;
+
+/* telemetry.c's window: sums over the steps since the last line */
+typedef struct {
+    uint64_t steps;
+    double loss, step_s, compute_s, comm_s, exposed_s, bytes;
+    int *slowest;           /* per rank: steps it was the slowest */
+    double *lag;            /* per rank: its lag in those steps */
+} window_t;
+
+typedef struct {
+    opts_t o;
+    drt_comm_t *c;
+    model_t *model;
+    param_t *p;
+    int np;
+    dataset_t *data;
+    uint32_t *perm;         /* this epoch's sample order */
+    drt_buckets_t *buckets;
+    drt_ckpt_t *ckpt;
+    int ckpt_pending;       /* a background write not yet waited for */
+    int ckpt_failed;        /* the last checkpoint was not written (rank 0) */
+    uint64_t ckpt_step;
+    progress_t s;
+    double lr;              /* after scaling */
+    drt_algo_t algo;
+    float *x;
+    int *y;
+    double batch_loss;      /* this rank's mean loss in the last step */
+    FILE *metrics, *dump;
+    window_t w;
+} train_t;
+
+/* options.c: -1 to train; else the exit status (--help, a bad option, or
+ * --plot/--compare, which it runs) */
+int options_parse(opts_t *o, int argc, char **argv);
+
+/* setup.c */
+void setup(train_t *t);
+int finish(train_t *t, int rc);
+
+/* state.c */
+void resume(train_t *t);
+void checkpoint_now(train_t *t, int wait);
+int preempted(train_t *t);
+void checkpoint_close(train_t *t);
+
+/* telemetry.c */
+void telemetry_open(train_t *t);
+void telemetry_step(train_t *t, const drt_step_stats_t *st);
+void telemetry_close(train_t *t);
+
+#endif
