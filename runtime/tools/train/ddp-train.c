@@ -20,6 +20,14 @@
 #include <string.h>
 #include <time.h>
 
+double train_clock(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static void fatal(const char *what, const drt_error_t *e)
 {
     fprintf(stderr, "ddp-train: %s: %s\n", what, e->text);
@@ -57,6 +65,10 @@ static void step(train_t *t, const uint32_t *perm, drt_step_stats_t *st)
         fatal("gradient buckets", &e);
     slow_down(t);
     loss = model_step(t->model, t->x, t->y, B, grad_ready, t);
+    if (loss < 0) {
+        fprintf(stderr, "ddp-train: out of memory for the batch's activations (use a smaller --batch-size)\n");
+        exit(1);
+    }
     if (drt_buckets_finish(t->buckets, st, &e) < 0)
         fatal("gradient allreduce", &e);
     model_sgd(t->model, t->lr, t->o.momentum);
@@ -87,8 +99,10 @@ static void print_epoch(train_t *t)
 static int after_step(train_t *t, const drt_step_stats_t *st)
 {
     telemetry_step(t, st);
-    if (t->dump && drt_rank(t->c) == 0)
-        train_dump(t->dump, t->s.step, t->model);
+    if (t->dump && train_dump(t->dump, t->s.step, t->model) < 0) {
+        perror(t->o.dump);
+        exit(1);
+    }
     if (st->stop) {
         checkpoint_now(t, 1);
         return 1;

@@ -58,9 +58,9 @@ static void banner(const train_t *t)
 
     if (drt_rank(t->c))
         return;
-    printf("ddp-train: %d ranks on %d nodes, model %s (%zu parameters), batch %d x %d, lr %g, "
+    printf("ddp-train: %d rank%s on %d node%s, model %s (%zu parameters), batch %d x %d, lr %g, "
            "algo %s%s\n",
-           n, drt_node_count(t->c), t->o.model, model_size(t->model), t->o.batch, n, t->lr,
+           n, n == 1 ? "" : "s", drt_node_count(t->c), drt_node_count(t->c) == 1 ? "" : "s", t->o.model, model_size(t->model), t->o.batch, n, t->lr,
            drt_algo_name(t->algo), t->o.no_overlap ? ", one allreduce after backward" : "");
     fflush(stdout);
 }

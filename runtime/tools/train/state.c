@@ -93,24 +93,40 @@ static int meta_check(const train_t *t, const char *meta, char *why, size_t len)
 
 /* ---- saving ---- */
 
-static void report_write(train_t *t)
+/* Wait for the pending write: 1 written (st filled), 0 none pending, -1
+ * failed (said on stderr; training goes on). */
+static int wait_write(train_t *t, drt_ckpt_stats_t *st)
 {
-    drt_ckpt_stats_t st;
     drt_error_t e;
 
     if (!t->ckpt_pending)
-        return;
+        return 0;
     t->ckpt_pending = 0;
-    t->ckpt_failed = 0;
-    if (drt_ckpt_wait(t->ckpt, &st, &e) < 0) {
-        t->ckpt_failed = 1;
+    t->ckpt_failed = drt_ckpt_wait(t->ckpt, st, &e) < 0;
+    if (t->ckpt_failed) {
         fprintf(stderr, "ddp-train: %s (training goes on; the checkpoint before step %" PRIu64
                 " stays the newest)\n", e.text, t->ckpt_step);
-        return;
+        return -1;
     }
-    printf("checkpoint step %" PRIu64 ": %zu bytes written in %.1f ms (in the background%s), "
-           "stall %.1f ms\n", st.step, st.bytes, st.write_s * 1e3,
-           t->o.ckpt_local ? ", local level first" : "", st.stall_s * 1e3);
+    return 1;
+}
+
+/* stall: what the checkpoint's step paid in all (the copy, a wait for the
+ * write before it, and the write itself with --sync-checkpoint) */
+static void print_write(const train_t *t, const drt_ckpt_stats_t *st, double stall)
+{
+    printf("checkpoint step %" PRIu64 ": %zu bytes written in %.1f ms (%s%s), the step stalled "
+           "%.1f ms\n", st->step, st->bytes, st->write_s * 1e3,
+           t->o.sync_ckpt ? "in the step" : "in the background",
+           t->o.ckpt_local ? ", local level first" : "", stall * 1e3);
+}
+
+static void report_write(train_t *t)
+{
+    drt_ckpt_stats_t st;
+
+    if (wait_write(t, &st) > 0)
+        print_write(t, &st, t->ckpt_stall);
 }
 
 /* The epoch's loss so far, summed over ranks into rank 0's share, so the
@@ -126,7 +142,7 @@ static void fold_loss(train_t *t)
     t->s.loss_count = drt_rank(t->c) == 0 ? (uint64_t)v[1] : 0;
 }
 
-static void save(train_t *t, int wait)
+static void save(train_t *t)
 {
     drt_ckpt_section_t *sec = calloc(2 * (size_t)t->np + 1, sizeof(*sec));
     char meta[META_MAX], (*names)[80] = calloc(2 * (size_t)t->np, sizeof(*names));
@@ -150,17 +166,25 @@ static void save(train_t *t, int wait)
         t->ckpt_pending = 1;
     free(sec);
     free(names);
-    if (wait)
-        report_write(t);
 }
 
 void checkpoint_now(train_t *t, int wait)
 {
+    double t0 = train_clock();
+    drt_ckpt_stats_t st;
+    int written = 0;
+
     if (!t->o.ckpt_dir)
         return;
     fold_loss(t);
-    if (drt_rank(t->c) == 0)
-        save(t, wait);
+    if (drt_rank(t->c) == 0) {
+        save(t);
+        if (wait)
+            written = wait_write(t, &st) > 0;
+    }
+    t->ckpt_stall = train_clock() - t0;
+    if (written)
+        print_write(t, &st, t->ckpt_stall);
     t->ckpt_step = t->s.step;
     fflush(stdout);
 }
@@ -313,6 +337,7 @@ void resume(train_t *t)
     }
     apply_meta(t, f.text);
     share_params(t);
+    t->resumed = 1;
     if (drt_rank(t->c) == 0) {
         uint64_t world = 0;
         printf("resumed from step %" PRIu64 " (epoch %" PRIu64 ", sample %" PRIu64 " of it) in %s\n",

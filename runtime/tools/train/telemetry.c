@@ -20,10 +20,10 @@ void telemetry_open(train_t *t)
     }
     if (drt_rank(t->c))
         return;
-    /* appended to: a resumed run continues the file */
-    if (t->o.metrics && !(t->metrics = fopen(t->o.metrics, "a")))
+    /* a resumed run continues the files, a new one starts them over */
+    if (t->o.metrics && !(t->metrics = fopen(t->o.metrics, t->resumed ? "a" : "w")))
         perror(t->o.metrics), exit(1);
-    if (t->o.dump && !(t->dump = fopen(t->o.dump, "a")))
+    if (t->o.dump && !(t->dump = fopen(t->o.dump, t->resumed ? "a" : "w")))
         perror(t->o.dump), exit(1);
 }
 
@@ -46,6 +46,7 @@ static void metrics_line(train_t *t, const drt_step_stats_t *st)
             st->comm_s * 1e3, st->exposed_s * 1e3, st->skew_s * 1e3,
             busbw(t, (double)st->bytes, st->comm_s), st->buckets, st->slowest_rank,
             st->slowest_lag_s * 1e3, drt_algo_name(t->algo));
+    fflush(t->metrics); /* a line per step, for whoever follows the file */
 }
 
 /* the straggler of the window, -1 for none */

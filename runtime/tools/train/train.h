@@ -65,8 +65,10 @@ typedef struct {
     drt_ckpt_t *ckpt;
     int ckpt_pending;       /* a background write not yet waited for */
     int ckpt_failed;        /* the last checkpoint was not written (rank 0) */
+    double ckpt_stall;      /* seconds the last checkpoint held its step up */
     uint64_t ckpt_step;
     progress_t s;
+    int resumed;            /* from a checkpoint */
     double lr;              /* after scaling */
     drt_algo_t algo;
     float *x;
@@ -75,6 +77,9 @@ typedef struct {
     FILE *metrics, *dump;
     window_t w;
 } train_t;
+
+/* seconds on a monotonic clock */
+double train_clock(void);
 
 /* options.c: -1 to train; else the exit status (--help, a bad option, or
  * --plot/--compare, which it runs) */
