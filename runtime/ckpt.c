@@ -138,7 +138,7 @@ static const char *write_hint(int e)
 
 static int write_fail(drt_error_t *err, uint64_t step, const char *dir, int e)
 {
-    return drt_fail(err, "ddp-topo: checkpoint step %llu to %s: %s (%s)", (unsigned long long)step,
+    return drt_fail(err, "checkpoint step %llu to %s: %s (%s)", (unsigned long long)step,
                     dir, strerror(e), write_hint(e));
 }
 
@@ -180,7 +180,7 @@ static void prune(const char *dir, int keep)
     for (size_t i = (size_t)keep; i < n; i++) {
         file_name(path, dir, steps[i]);
         if (unlink(path) < 0 && errno != ENOENT)
-            fprintf(stderr, "ddp-topo: old checkpoint %s not removed: %s (remove it by hand)\n",
+            fprintf(stderr, "ddprt: old checkpoint %s not removed: %s (remove it by hand)\n",
                     path, strerror(errno));
     }
     free(steps);
@@ -247,15 +247,15 @@ static int check_sections(const drt_ckpt_section_t *sections, int n, size_t *len
 {
     *len = CK_HEAD + CK_SUM;
     if (n < 0 || (n > 0 && !sections))
-        return drt_fail(err, "ddp-topo: checkpoint: %d sections (give 0 or more)", n);
+        return drt_fail(err, "checkpoint: %d sections (give 0 or more)", n);
     for (int i = 0; i < n; i++) {
         size_t nl = sections[i].name ? strlen(sections[i].name) : SIZE_MAX;
         if (nl > CK_NAME_MAX || (sections[i].len && !sections[i].data))
-            return drt_fail(err, "ddp-topo: checkpoint section %d: %s (a name of 0-%d bytes and "
+            return drt_fail(err, "checkpoint section %d: %s (a name of 0-%d bytes and "
                             "data for its length)", i, nl > CK_NAME_MAX ? "bad name" : "no data",
                             CK_NAME_MAX);
         if (sections[i].len > SIZE_MAX - *len - 12 - nl)
-            return drt_fail(err, "ddp-topo: checkpoint section %s: too large", sections[i].name);
+            return drt_fail(err, "checkpoint section %s: too large", sections[i].name);
         *len += 12 + nl + sections[i].len;
     }
     return 0;
@@ -308,7 +308,7 @@ int drt_ckpt_save(drt_ckpt_t *ck, uint64_t step, const drt_ckpt_section_t *secti
         *err = ck->err;
     ck->reported = 1;
     if (serialize(ck, step, sections, n, len) < 0)
-        return drt_fail(err, "ddp-topo: checkpoint step %llu: out of memory for %zu bytes",
+        return drt_fail(err, "checkpoint step %llu: out of memory for %zu bytes",
                         (unsigned long long)step, len);
     ck->rc = 0;
     ck->reported = 0;
@@ -316,7 +316,7 @@ int drt_ckpt_save(drt_ckpt_t *ck, uint64_t step, const drt_ckpt_section_t *secti
     ck->stats.step = step;
     ck->stats.bytes = len;
     if (pthread_create(&ck->thread, NULL, writer, ck) != 0) {
-        ck->rc = drt_fail(&ck->err, "ddp-topo: checkpoint step %llu: cannot start the writer "
+        ck->rc = drt_fail(&ck->err, "checkpoint step %llu: cannot start the writer "
                           "thread (too many threads or too little memory)",
                           (unsigned long long)step);
         return drt_ckpt_wait(ck, NULL, err);
@@ -343,7 +343,7 @@ int drt_ckpt_wait(drt_ckpt_t *ck, drt_ckpt_stats_t *stats, drt_error_t *err)
 
 static int dir_fail(drt_error_t *err, const char *dir, const char *why)
 {
-    return drt_fail(err, "ddp-topo: checkpoint directory %s: %s (give a writable directory)", dir,
+    return drt_fail(err, "checkpoint directory %s: %s (give a writable directory)", dir,
                     why);
 }
 
@@ -355,7 +355,7 @@ static int make_dir(const char *dir, drt_error_t *err)
     size_t len = strlen(dir);
 
     if (!len || len > CK_PATH - 48)
-        return drt_fail(err, "ddp-topo: checkpoint directory '%s': %s (choose another)", dir,
+        return drt_fail(err, "checkpoint directory '%s': %s (choose another)", dir,
                         len ? "path too long" : "empty path");
     memcpy(path, dir, len + 1);
     for (char *p = path + 1; ; p++)
@@ -363,7 +363,7 @@ static int make_dir(const char *dir, drt_error_t *err)
             char c = *p;
             *p = 0;
             if (mkdir(path, 0755) < 0 && errno != EEXIST)
-                return drt_fail(err, "ddp-topo: checkpoint directory %s: cannot create %s: %s "
+                return drt_fail(err, "checkpoint directory %s: cannot create %s: %s "
                                 "(check the permissions, or choose another)", dir, path,
                                 strerror(errno));
             if (!(*p = c))
@@ -381,16 +381,16 @@ int drt_ckpt_open(const char *dir, const char *local_dir, int keep, drt_ckpt_t *
 
     *out = NULL;
     if (!dir || keep < 0)
-        return drt_fail(err, "ddp-topo: checkpoint: %s (give a directory and keep >= 1)",
+        return drt_fail(err, "checkpoint: %s (give a directory and keep >= 1)",
                         dir ? "keep below 0" : "no directory");
     if (sodium_init() < 0)
-        return drt_fail(err, "ddp-topo: checkpoint: libsodium failed to initialize");
+        return drt_fail(err, "checkpoint: libsodium failed to initialize");
     if (make_dir(dir, err) < 0 || (local_dir && make_dir(local_dir, err) < 0))
         return -1;
     if (!(ck = calloc(1, sizeof(*ck))) || !(ck->dir = strdup(dir)) ||
         (local_dir && !(ck->local = strdup(local_dir)))) {
         drt_ckpt_close(ck);
-        return drt_fail(err, "ddp-topo: checkpoint: out of memory");
+        return drt_fail(err, "checkpoint: out of memory");
     }
     ck->keep = keep ? keep : CK_KEEP;
     ck->reported = 1;
@@ -476,14 +476,14 @@ static int try_load(drt_ckpt_t *ck, const char *path, drt_error_t *err)
     int rc = read_one(path, &img, &len, buf, sizeof(buf));
 
     if (rc < 0)
-        return drt_fail(err, "ddp-topo: checkpoint %s: out of memory for %zu bytes", path, len);
+        return drt_fail(err, "checkpoint %s: out of memory for %zu bytes", path, len);
     if (rc == 0 && !(why = check_image(img, len, buf, sizeof(buf)))) {
         free(ck->loaded);
         ck->loaded = img;
         return 1;
     }
     free(img);
-    fprintf(stderr, "ddp-topo: checkpoint %s skipped: %s (it is left in place; the previous one "
+    fprintf(stderr, "ddprt: checkpoint %s skipped: %s (it is left in place; the previous one "
             "is used)\n", path, why);
     return 0;
 }
@@ -497,7 +497,7 @@ int drt_ckpt_load(drt_ckpt_t *ck, uint64_t *step, drt_error_t *err)
 
     if (list_steps(ck->dir, &steps, &n) < 0)
         return errno == ENOENT ? 0
-                               : drt_fail(err, "ddp-topo: checkpoint directory %s: %s (give a "
+                               : drt_fail(err, "checkpoint directory %s: %s (give a "
                                           "readable directory)", ck->dir, strerror(errno));
     for (size_t i = 0; i < n && rc == 0; i++) {
         file_name(path, ck->dir, steps[i]);
