@@ -163,10 +163,13 @@ int drt_buckets_begin(drt_buckets_t *b, drt_error_t *err)
         return drt_fail(err, "drt_buckets_begin: no gradient was added");
     if (!b->bk && pack(b, err) < 0)
         return -1;
-    for (int i = 0; i < b->ng; i++)
+    /* from zero: a step that failed half way left counts behind */
+    for (int k = 0; k < b->nb; k++)
+        b->bk[k].pending = 0;
+    for (int i = 0; i < b->ng; i++) {
         b->g[i].ready = 0;
-    for (int i = 0; i < b->ng; i++)
         b->bk[b->g[i].bucket].pending++;
+    }
     b->next = 0;
     b->in_step = 1;
     b->t_begin = b->t_last_ready = drt_now();
@@ -186,8 +189,9 @@ static int start(drt_buckets_t *b, int k, drt_error_t *err)
 /* every complete bucket from b->next on, in order */
 static int start_ready(drt_buckets_t *b, drt_error_t *err)
 {
-    while (b->next < b->nb && !b->bk[b->next].pending)
-        if (start(b, b->next++, err) < 0)
+    /* next counts only started buckets: those are what finish waits for */
+    for (; b->next < b->nb && !b->bk[b->next].pending; b->next++)
+        if (start(b, b->next, err) < 0)
             return -1;
     return 0;
 }
