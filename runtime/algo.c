@@ -166,7 +166,6 @@ static int hier(coll_set_t *s, const coll_args_t *x, drt_error_t *err)
 
 int algo_run(coll_set_t *s, drt_algo_t a, const coll_args_t *x, drt_error_t *err)
 {
-    if (a == DRT_ALGO_HIER && s->uniform)
-        return hier(s, x, err);
-    return flat(s, x, err);
+    s->last = a == DRT_ALGO_HIER && s->uniform ? DRT_ALGO_HIER : DRT_ALGO_FLAT;
+    return s->last == DRT_ALGO_HIER ? hier(s, x, err) : flat(s, x, err);
 }

@@ -115,6 +115,7 @@ struct coll_set {
     int equal_chunks; /* reduce-scatter/allgather need equal spans (NCCL) */
     size_t pipe_min;  /* bytes per pipeline segment at least; 0: never pipelined */
     auto_class_t sizes[64];
+    drt_algo_t last;  /* what the last allreduce ran: auto's choice, flat where hier cannot */
     void *impl;       /* the set's own state (CPU: lane thread; NCCL: streams) */
 };
 

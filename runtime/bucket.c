@@ -323,6 +323,7 @@ int drt_buckets_finish(drt_buckets_t *b, drt_step_stats_t *stats, drt_error_t *e
         st.bytes += b->bk[k].bytes;
     }
     st.buckets = b->nb;
+    st.algo = b->c->cpu.last; /* written before the request was done (the queue's lock orders it) */
     st.exposed_s = t_end - t_enter;
     st.step_s = t_end - b->t_begin;
     b->ref = t_end;

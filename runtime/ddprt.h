@@ -164,6 +164,7 @@ typedef struct {
     int stop;           /* some rank has seen a preemption signal (drt_preempt_watch) */
     size_t bytes;       /* bytes allreduced */
     int buckets;
+    drt_algo_t algo;    /* what the last bucket ran: auto's choice, flat where hier cannot run */
 } drt_step_stats_t;
 
 /* cap, first_cap: bytes, 0 for the defaults (DDPRT_BUCKET_MB, else 25 MiB;

@@ -45,7 +45,7 @@ static void metrics_line(train_t *t, const drt_step_stats_t *st)
             t->s.step, t->s.epoch, t->batch_loss, st->step_s * 1e3, st->compute_s * 1e3,
             st->comm_s * 1e3, st->exposed_s * 1e3, st->skew_s * 1e3,
             busbw(t, (double)st->bytes, st->comm_s), st->buckets, st->slowest_rank,
-            st->slowest_lag_s * 1e3, drt_algo_name(t->algo));
+            st->slowest_lag_s * 1e3, drt_algo_name(st->algo));
     fflush(t->metrics); /* a line per step, for whoever follows the file */
 }
 
@@ -80,7 +80,7 @@ static void print_line(train_t *t)
                "busbw %.3f GB/s algo %s",
                t->s.step, v[0] / v[1], t->w.step_s / k * 1e3, t->w.compute_s / k * 1e3,
                t->w.comm_s / k * 1e3, t->w.exposed_s / k * 1e3, busbw(t, t->w.bytes, t->w.comm_s),
-               drt_algo_name(t->algo));
+               drt_algo_name(t->w.algo));
         if (s >= 0)
             printf(" slowest rank %d (node %d) lag %.1f ms\n", s, drt_node_of(t->c, s), lag);
         else
@@ -109,6 +109,7 @@ void telemetry_step(train_t *t, const drt_step_stats_t *st)
     t->w.comm_s += st->comm_s;
     t->w.exposed_s += st->exposed_s;
     t->w.bytes += (double)st->bytes;
+    t->w.algo = st->algo;
     if (st->slowest_rank >= 0) {
         t->w.slowest[st->slowest_rank]++;
         t->w.lag[st->slowest_rank] += st->slowest_lag_s;

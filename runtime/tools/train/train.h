@@ -49,6 +49,7 @@ typedef struct {
 typedef struct {
     uint64_t steps;
     double loss, step_s, compute_s, comm_s, exposed_s, bytes;
+    drt_algo_t algo;        /* the last step's (auto's choice) */
     int *slowest;           /* per rank: steps it was the slowest */
     double *lag;            /* per rank: its lag in those steps */
 } window_t;
