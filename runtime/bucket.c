@@ -124,6 +124,9 @@ static int pack(drt_buckets_t *b, drt_error_t *err)
             k = &b->bk[b->nb++];
             k->t = g->t;
         }
+        if (sz > SIZE_MAX - k->bytes)
+            return drt_fail(err, "drt_buckets: gradient %d does not fit a bucket (%zu bytes after %zu)",
+                            i, sz, k->bytes);
         g->bucket = (int)(k - b->bk);
         g->off = k->bytes;
         k->bytes += sz;
@@ -136,6 +139,19 @@ static int pack(drt_buckets_t *b, drt_error_t *err)
     b->first = calloc((size_t)b->nb, sizeof(double));
     b->all = calloc(((size_t)b->nb + 1) * (size_t)drt_size(b->c), sizeof(double));
     return b->mine && b->first && b->all ? 0 : drt_fail(err, "out of memory");
+}
+
+static void unpack(drt_buckets_t *b)
+{
+    for (int k = 0; k < b->nb; k++)
+        free(b->bk[k].buf);
+    free(b->bk);
+    free(b->mine);
+    free(b->first);
+    free(b->all);
+    b->bk = NULL;
+    b->mine = b->first = b->all = NULL;
+    b->nb = 0;
 }
 
 void *drt_buckets_grad(drt_buckets_t *b, int index)
@@ -161,8 +177,10 @@ int drt_buckets_begin(drt_buckets_t *b, drt_error_t *err)
         return drt_fail(err, "drt_buckets_begin: the previous step was not finished");
     if (!b->ng)
         return drt_fail(err, "drt_buckets_begin: no gradient was added");
-    if (!b->bk && pack(b, err) < 0)
+    if (!b->bk && pack(b, err) < 0) {
+        unpack(b); /* begin may be called again; it packs from scratch */
         return -1;
+    }
     /* from zero: a step that failed half way left counts behind */
     for (int k = 0; k < b->nb; k++)
         b->bk[k].pending = 0;
@@ -339,12 +357,7 @@ void drt_buckets_free(drt_buckets_t *b)
     /* a step abandoned after an error: its requests must not outlive the buffers */
     if (b->in_step)
         wait_all(b, 0, NULL);
-    for (int k = 0; k < b->nb; k++)
-        free(b->bk[k].buf);
-    free(b->bk);
+    unpack(b);
     free(b->g);
-    free(b->mine);
-    free(b->first);
-    free(b->all);
     free(b);
 }

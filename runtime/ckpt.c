@@ -168,16 +168,21 @@ static int sync_dir(const char *dir)
     return rc;
 }
 
-/* remove DIR's checkpoints beyond the newest keep; a failure only costs space */
-static void prune(const char *dir, int keep)
+/* Remove DIR's checkpoints beyond the newest keep up to `step`, the one
+ * just written; later steps (another run's, a stray file) are not counted,
+ * so they can never push out the checkpoint just written. A failure only
+ * costs space. */
+static void prune(const char *dir, int keep, uint64_t step)
 {
     uint64_t *steps;
-    size_t n;
+    size_t n, first = 0;
     char path[CK_PATH];
 
     if (list_steps(dir, &steps, &n) < 0)
         return;
-    for (size_t i = (size_t)keep; i < n; i++) {
+    while (first < n && steps[first] > step)
+        first++;
+    for (size_t i = first + (size_t)keep; i < n; i++) {
         file_name(path, dir, steps[i]);
         if (unlink(path) < 0 && errno != ENOENT)
             fprintf(stderr, "ddprt: old checkpoint %s not removed: %s (remove it by hand)\n",
@@ -210,7 +215,7 @@ static int write_level(const char *dir, uint64_t step, const unsigned char *imag
     }
     if (sync_dir(dir) < 0)
         return write_fail(err, step, dir, errno);
-    prune(dir, keep);
+    prune(dir, keep, step);
     return 0;
 }
 
@@ -221,14 +226,16 @@ static void *writer(void *arg)
     drt_ckpt_t *ck = arg;
     uint64_t step = ck->stats.step;
     double t0 = drt_now();
+    drt_error_t local_err;
 
     crypto_generichash(ck->image + ck->len - CK_SUM, CK_SUM, ck->image, ck->len - CK_SUM, NULL, 0);
-    ck->rc = 0;
-    if (ck->local)
-        ck->rc = write_level(ck->local, step, ck->image, ck->len, ck->keep, &ck->err);
+    /* a local level that fails (its disk full) must not cost DIR its
+     * checkpoint: DIR is what a restart on any node reads */
+    if (ck->local && write_level(ck->local, step, ck->image, ck->len, ck->keep, &local_err) < 0)
+        fprintf(stderr, "ddprt: %s (local level only: DIR %s is written all the same)\n",
+                local_err.text, ck->dir);
     ck->stats.local_s = ck->local ? drt_now() - t0 : 0;
-    if (ck->rc == 0)
-        ck->rc = write_level(ck->dir, step, ck->image, ck->len, ck->keep, &ck->err);
+    ck->rc = write_level(ck->dir, step, ck->image, ck->len, ck->keep, &ck->err);
     ck->stats.write_s = drt_now() - t0;
     return NULL;
 }
@@ -374,6 +381,27 @@ static int make_dir(const char *dir, drt_error_t *err)
     return S_ISDIR(st.st_mode) ? 0 : dir_fail(err, dir, "not a directory");
 }
 
+/* A writer killed mid-write (SLURM's SIGKILL after KillWait) leaves its
+ * temporary file, as large as a checkpoint: whoever opens the directory to
+ * write is its one writer, and removes them. */
+static void remove_temps(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    char path[CK_PATH];
+
+    while (d && (e = readdir(d))) {
+        const char *n = e->d_name;
+        size_t len = strlen(n), digits = strspn(n + 6, "0123456789");
+        if (strncmp(n, ".ckpt-", 6) || digits < 12 || len != 6 + digits + 7 || n[6 + digits] != '.')
+            continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, n);
+        unlink(path);
+    }
+    if (d)
+        closedir(d);
+}
+
 int drt_ckpt_open(const char *dir, const char *local_dir, int keep, drt_ckpt_t **out,
                   drt_error_t *err)
 {
@@ -387,6 +415,9 @@ int drt_ckpt_open(const char *dir, const char *local_dir, int keep, drt_ckpt_t *
         return drt_fail(err, "checkpoint: libsodium failed to initialize");
     if (make_dir(dir, err) < 0 || (local_dir && make_dir(local_dir, err) < 0))
         return -1;
+    remove_temps(dir);
+    if (local_dir)
+        remove_temps(local_dir);
     if (!(ck = calloc(1, sizeof(*ck))) || !(ck->dir = strdup(dir)) ||
         (local_dir && !(ck->local = strdup(local_dir)))) {
         drt_ckpt_close(ck);
@@ -430,12 +461,13 @@ static const char *check_image(const unsigned char *img, size_t len, char *why, 
     return memcmp(sum, img + off, CK_SUM) ? "checksum mismatch" : NULL;
 }
 
-/* read one candidate: 0 with the image, 1 skipped (why), -1 out of memory */
+/* read one candidate: 0 with the image, 1 skipped (why) */
 static int read_one(const char *path, unsigned char **img, size_t *len, char *why, size_t wlen)
 {
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
     struct stat st;
     size_t got = 0;
+    unsigned char head[8];
 
     *img = NULL;
     if (fd < 0) {
@@ -449,9 +481,16 @@ static int read_one(const char *path, unsigned char **img, size_t *len, char *wh
         return 1;
     }
     *len = (size_t)st.st_size;
-    if (!(*img = malloc(*len ? *len : 1))) {
+    /* the magic first: a huge file that is no checkpoint is not read */
+    if (*len >= 8 && (pread(fd, head, 8, 0) != 8 || memcmp(head, CK_MAGIC, 8))) {
+        snprintf(why, wlen, "not a checkpoint (bad magic)");
         close(fd);
-        return -1;
+        return 1;
+    }
+    if (!(*img = malloc(*len ? *len : 1))) {
+        snprintf(why, wlen, "%zu bytes, more than this process can allocate", *len);
+        close(fd);
+        return 1;
     }
     while (got < *len) {
         ssize_t r = read(fd, *img + got, *len - got);
@@ -466,8 +505,8 @@ static int read_one(const char *path, unsigned char **img, size_t *len, char *wh
     return 0;
 }
 
-/* 1: the image of path is now loaded; 0: skipped with a warning; -1 */
-static int try_load(drt_ckpt_t *ck, const char *path, drt_error_t *err)
+/* 1: the image of path is now loaded; 0: skipped with a warning */
+static int try_load(drt_ckpt_t *ck, const char *path)
 {
     unsigned char *img;
     size_t len = 0;
@@ -475,16 +514,14 @@ static int try_load(drt_ckpt_t *ck, const char *path, drt_error_t *err)
     const char *why = buf;
     int rc = read_one(path, &img, &len, buf, sizeof(buf));
 
-    if (rc < 0)
-        return drt_fail(err, "checkpoint %s: out of memory for %zu bytes", path, len);
     if (rc == 0 && !(why = check_image(img, len, buf, sizeof(buf)))) {
         free(ck->loaded);
         ck->loaded = img;
         return 1;
     }
     free(img);
-    fprintf(stderr, "ddprt: checkpoint %s skipped: %s (it is left in place; the previous one "
-            "is used)\n", path, why);
+    fprintf(stderr, "ddprt: checkpoint %s skipped: %s (it is left in place; an older one is "
+            "tried)\n", path, why);
     return 0;
 }
 
@@ -501,7 +538,7 @@ int drt_ckpt_load(drt_ckpt_t *ck, uint64_t *step, drt_error_t *err)
                                           "readable directory)", ck->dir, strerror(errno));
     for (size_t i = 0; i < n && rc == 0; i++) {
         file_name(path, ck->dir, steps[i]);
-        rc = try_load(ck, path, err);
+        rc = try_load(ck, path);
     }
     free(steps);
     if (rc == 1)

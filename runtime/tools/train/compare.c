@@ -45,6 +45,11 @@ static int dump_open(dump_t *d, const char *name)
                 name, strerror(errno));
         return -1;
     }
+    if (!S_ISREG(st.st_mode)) {
+        fprintf(stderr, "ddp-train: compare: %s: not a regular file (give a file that --dump-weights "
+                "wrote)\n", name);
+        return -1;
+    }
     d->size = (uint64_t)st.st_size;
     return 0;
 }

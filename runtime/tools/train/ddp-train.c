@@ -14,7 +14,9 @@
  */
 #include "train.h"
 
+#include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,6 +71,11 @@ static void step(train_t *t, const uint32_t *perm, drt_step_stats_t *st)
         fprintf(stderr, "ddp-train: out of memory for the batch's activations (use a smaller --batch-size)\n");
         exit(1);
     }
+    if (!isfinite(loss)) {
+        fprintf(stderr, "ddp-train: rank %d: the loss is %g at step %" PRIu64 ": training diverged "
+                "(lower --lr)\n", drt_rank(t->c), loss, t->s.step + 1);
+        exit(1);
+    }
     if (drt_buckets_finish(t->buckets, st, &e) < 0)
         fatal("gradient allreduce", &e);
     model_sgd(t->model, t->lr, t->o.momentum);
@@ -100,7 +107,8 @@ static int after_step(train_t *t, const drt_step_stats_t *st)
 {
     telemetry_step(t, st);
     if (t->dump && train_dump(t->dump, t->s.step, t->model) < 0) {
-        perror(t->o.dump);
+        fprintf(stderr, "ddp-train: --dump-weights %s: cannot write: %s (free space there, or give "
+                "another file)\n", t->o.dump, strerror(errno));
         exit(1);
     }
     if (st->stop) {
@@ -121,11 +129,12 @@ static int run(train_t *t)
     for (; t->s.epoch < (uint64_t)t->o.epochs; t->s.epoch++, t->s.offset = 0) {
         data_permutation(t->perm, t->o.samples, t->o.seed, t->s.epoch);
         while (t->s.offset + G <= t->o.samples) {
+            /* before the step: a rerun of a finished --max-steps run does none */
+            if (t->o.max_steps && t->s.step >= t->o.max_steps)
+                return 0;
             step(t, t->perm, &st);
             if (after_step(t, &st))
                 return preempted(t);
-            if (t->o.max_steps && t->s.step >= t->o.max_steps)
-                return 0;
         }
         print_epoch(t);
     }

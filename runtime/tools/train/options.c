@@ -1,6 +1,7 @@
 /* ddp-train's command line. */
 #include "train.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -40,7 +41,7 @@ static const char usage[] =
     "  --checkpoint-local DIR  write to node-local DIR first, copy to --checkpoint-dir behind\n"
     "  --keep K                checkpoints kept (default 3)\n"
     "  --resume                fail unless a checkpoint exists to resume from\n"
-    "  --fresh                 ignore existing checkpoints\n"
+    "  --fresh                 start over (refused if DIR has a valid checkpoint)\n"
     "  --sync-checkpoint       write in the step (to compare with the background write)\n"
     "  On SIGUSR1 or SIGTERM every rank stops after the same step, rank 0 saves, and all\n"
     "  exit 75; the same command then resumes.\n"
@@ -91,7 +92,8 @@ static int num_u64(const char *opt, const char *s, uint64_t lo, uint64_t hi, uin
 
     errno = 0;
     v = strtoull(s, &end, 10);
-    if (end == s || *end || errno || *s == '-' || v < lo || v > hi) {
+    /* digits only: strtoull would take " -1" as 2^64 - 1 */
+    if (*s < '0' || *s > '9' || *end || errno || v < lo || v > hi) {
         char want[80];
         snprintf(want, sizeof(want), "not an integer from %llu to %llu", (unsigned long long)lo,
                  (unsigned long long)hi);
@@ -116,7 +118,7 @@ static int num_dbl(const char *opt, const char *s, double lo, double hi, double 
     char *end;
     double v = strtod(s, &end);
 
-    if (end == s || *end || !isfinite(v) || v < lo || v > hi) {
+    if (end == s || *end || isspace((unsigned char)*s) || !isfinite(v) || v < lo || v > hi) {
         char want[80];
         snprintf(want, sizeof(want), "not a number from %g to %g", lo, hi);
         return bad(opt, s, want);

@@ -170,8 +170,16 @@ static int make_dat(char *path, size_t len, FILE **dat, char *err, size_t errlen
  * clear). */
 static int writable(const char *svg, char *err, size_t errlen)
 {
-    FILE *f = fopen(svg, "w");
+    struct stat st;
+    FILE *f;
 
+    /* a device, a FIFO: gnuplot would hang on it, and a failure would
+     * remove it (run as root, -o /dev/null would delete /dev/null) */
+    if (lstat(svg, &st) == 0 && !S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "-o %s: not a regular file (give a new or an existing .svg file)", svg);
+        return -1;
+    }
+    f = fopen(svg, "w");
     if (!f) {
         snprintf(err, errlen, "cannot write %s: %s (give -o a writable path)", svg,
                  strerror(errno));

@@ -65,12 +65,31 @@ static void banner(const train_t *t)
     fflush(stdout);
 }
 
+/* What needs the world size: every rank decides the same. */
+static void check_world(const train_t *t)
+{
+    uint64_t n = (uint64_t)drt_size(t->c), G = n * (uint64_t)t->o.batch;
+
+    if (G > t->o.samples) {
+        fprintf(stderr, "ddp-train: --batch-size %d x %" PRIu64 " ranks = %" PRIu64 " samples a step, more "
+                "than --samples %" PRIu64 ": no step would run (lower --batch-size or raise --samples)\n",
+                t->o.batch, n, G, t->o.samples);
+        exit(2);
+    }
+    if (t->o.slow_rank >= (int)n) {
+        fprintf(stderr, "ddp-train: --slow-rank %d: the world has ranks 0 to %" PRIu64 "\n",
+                t->o.slow_rank, n - 1);
+        exit(2);
+    }
+}
+
 void setup(train_t *t)
 {
     drt_error_t e;
 
     if (drt_init(&t->c, &e) < 0)
         die("bootstrap", e.text);
+    check_world(t);
     make_model(t);
     make_buckets(t);
     if (drt_preempt_watch(&e) < 0)
@@ -101,7 +120,12 @@ int finish(train_t *t, int rc)
     if (rc == 0 && t->o.ckpt_dir && t->s.step != t->ckpt_step)
         checkpoint_now(t, 1); /* the end state too: a rerun finds nothing left to do */
     checkpoint_close(t);
-    telemetry_close(t);
+    if (rc == 0 && t->ckpt_failed) {
+        fprintf(stderr, "ddp-train: the last checkpoint was not written (the error above says why)\n");
+        rc = 1;
+    }
+    if (telemetry_close(t) < 0 && rc == 0)
+        rc = 1;
     if (rc == 0 && drt_rank(t->c) == 0)
         printf("final weights checksum: %016" PRIx64 " (after %" PRIu64 " steps)\n", checksum(t),
                t->s.step);

@@ -10,11 +10,22 @@
  * function of seed + epoch (data.h). */
 #include "train.h"
 
+#include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define META_MAX 2048
+
+/* the meta section, parsed */
+typedef struct {
+    uint64_t version, hidden, layers, samples, seed, epoch, offset, step, world, batch, started,
+        loss_count;
+    char model[16], algo_name[16];
+    drt_algo_t algo;
+    double loss_sum;
+} meta_t;
 
 static void die(const char *what, const char *why)
 {
@@ -52,14 +63,48 @@ static const char *meta_get(const char *meta, const char *key, char *val, size_t
     return NULL;
 }
 
+/* A number as meta_write wrote it: digits only, no sign or space, no wrap. */
 static int meta_u64(const char *meta, const char *key, uint64_t *v)
 {
     char buf[64], *end;
 
-    if (!meta_get(meta, key, buf, sizeof(buf)))
+    if (!meta_get(meta, key, buf, sizeof(buf)) || buf[0] < '0' || buf[0] > '9')
         return -1;
+    errno = 0;
     *v = strtoull(buf, &end, 10);
-    return *end ? -1 : 0;
+    return *end || errno ? -1 : 0;
+}
+
+/* Every key present and in range: a checkpoint is input like any other
+ * file (its checksum says it is whole, not that it makes sense). */
+static int meta_parse(const char *meta, meta_t *m, char *why, size_t len)
+{
+    char sum[64], *end;
+
+    memset(m, 0, sizeof(*m));
+    if (meta_u64(meta, "ddp-train", &m->version) || m->version != 1 ||
+        !meta_get(meta, "model", m->model, sizeof(m->model)) || meta_u64(meta, "hidden", &m->hidden) ||
+        meta_u64(meta, "layers", &m->layers) || meta_u64(meta, "samples", &m->samples) ||
+        meta_u64(meta, "seed", &m->seed) || meta_u64(meta, "epoch", &m->epoch) ||
+        meta_u64(meta, "offset", &m->offset) || meta_u64(meta, "step", &m->step) ||
+        meta_u64(meta, "world", &m->world) || meta_u64(meta, "batch", &m->batch) ||
+        meta_u64(meta, "momentum_started", &m->started) ||
+        meta_u64(meta, "loss_count", &m->loss_count) ||
+        !meta_get(meta, "algo", m->algo_name, sizeof(m->algo_name)) ||
+        !meta_get(meta, "loss_sum", sum, sizeof(sum))) {
+        snprintf(why, len, "its state is not ddp-train's version 1 (a key is missing or malformed)");
+        return -1;
+    }
+    m->loss_sum = strtod(sum, &end);
+    if (*end || !isfinite(m->loss_sum) || m->offset > m->samples || m->step >= (1ull << 62) ||
+        m->epoch >= (1ull << 32) || !m->world || !m->batch || m->started > 1 ||
+        m->loss_count >= (1ull << 62) || drt_algo_parse(m->algo_name, &m->algo) < 0) {
+        snprintf(why, len, "its state is out of range (epoch %" PRIu64 ", sample %" PRIu64 " of %" PRIu64
+                 ", step %" PRIu64 ", world %" PRIu64 ", algo '%s')", m->epoch, m->offset, m->samples,
+                 m->step, m->world, m->algo_name);
+        return -1;
+    }
+    return 0;
 }
 
 /* The checkpoint must be of this model, data and seed; the world size and
@@ -67,25 +112,19 @@ static int meta_u64(const char *meta, const char *key, uint64_t *v)
  * when it refuses. */
 static int meta_check(const train_t *t, const char *meta, char *why, size_t len)
 {
-    char kind[16] = "";
-    uint64_t hidden = 0, layers = 0, samples = 0, seed = 0, version = 0;
+    meta_t m;
 
-    if (meta_u64(meta, "ddp-train", &version) || version != 1 ||
-        !meta_get(meta, "model", kind, sizeof(kind)) || meta_u64(meta, "hidden", &hidden) ||
-        meta_u64(meta, "layers", &layers) || meta_u64(meta, "samples", &samples) ||
-        meta_u64(meta, "seed", &seed)) {
-        snprintf(why, len, "its state is not ddp-train's version 1");
+    if (meta_parse(meta, &m, why, len) < 0)
         return -1;
-    }
-    if (strcmp(kind, t->o.model) ||
-        (!strcmp(kind, "mlp") && (hidden != (uint64_t)t->o.hidden || layers != (uint64_t)t->o.layers))) {
+    if (strcmp(m.model, t->o.model) ||
+        (!strcmp(m.model, "mlp") && (m.hidden != (uint64_t)t->o.hidden || m.layers != (uint64_t)t->o.layers))) {
         snprintf(why, len, "it is of model %s (hidden %" PRIu64 ", layers %" PRIu64 "), this run's is %s"
-                 " (hidden %d, layers %d)", kind, hidden, layers, t->o.model, t->o.hidden, t->o.layers);
+                 " (hidden %d, layers %d)", m.model, m.hidden, m.layers, t->o.model, t->o.hidden, t->o.layers);
         return -1;
     }
-    if (samples != t->o.samples || seed != t->o.seed) {
+    if (m.samples != t->o.samples || m.seed != t->o.seed) {
         snprintf(why, len, "it is of --samples %" PRIu64 " --seed %" PRIu64 ", this run's are %" PRIu64
-                 " and %" PRIu64, samples, seed, t->o.samples, t->o.seed);
+                 " and %" PRIu64, m.samples, m.seed, t->o.samples, t->o.seed);
         return -1;
     }
     return 0;
@@ -104,10 +143,14 @@ static int wait_write(train_t *t, drt_ckpt_stats_t *st)
     t->ckpt_pending = 0;
     t->ckpt_failed = drt_ckpt_wait(t->ckpt, st, &e) < 0;
     if (t->ckpt_failed) {
-        fprintf(stderr, "ddp-train: %s (training goes on; the checkpoint before step %" PRIu64
-                " stays the newest)\n", e.text, t->ckpt_step);
+        if (t->ckpt_written)
+            fprintf(stderr, "ddp-train: %s (training goes on; step %" PRIu64 "'s checkpoint stays the "
+                    "newest)\n", e.text, t->ckpt_written);
+        else
+            fprintf(stderr, "ddp-train: %s (training goes on; no checkpoint is written yet)\n", e.text);
         return -1;
     }
+    t->ckpt_written = st->step;
     return 1;
 }
 
@@ -259,27 +302,27 @@ static int load(train_t *t, char *meta, char *why, size_t len)
     return 1;
 }
 
-/* every rank: t->s and the algorithm from the meta text */
+/* every rank: t->s and the algorithm from the meta text (rank 0 checked
+ * it; every rank parses the same bytes) */
 static void apply_meta(train_t *t, const char *meta)
 {
-    char algo[16];
-    uint64_t started = 0, count = 0;
-    drt_algo_t a;
+    meta_t m;
+    char why[200];
 
-    meta_u64(meta, "epoch", &t->s.epoch);
-    meta_u64(meta, "offset", &t->s.offset);
-    meta_u64(meta, "step", &t->s.step);
-    meta_u64(meta, "momentum_started", &started);
-    model_set_momentum_started(t->model, started != 0);
-    if (meta_get(meta, "algo", algo, sizeof(algo)) && drt_algo_parse(algo, &a) == 0 && !t->o.algo)
-        t->algo = a;
+    if (meta_parse(meta, &m, why, sizeof(why)) < 0)
+        die("resume", why);
+    t->s.epoch = m.epoch;
+    t->s.offset = m.offset;
+    t->s.step = m.step;
+    model_set_momentum_started(t->model, m.started != 0);
+    if (!t->o.algo)
+        t->algo = m.algo;
     if (drt_rank(t->c) == 0) {
-        char sum[64];
-        meta_u64(meta, "loss_count", &count);
-        t->s.loss_count = count;
-        t->s.loss_sum = meta_get(meta, "loss_sum", sum, sizeof(sum)) ? strtod(sum, NULL) : 0;
+        t->s.loss_count = m.loss_count;
+        t->s.loss_sum = m.loss_sum;
     }
-    t->ckpt_step = t->s.step;
+    t->ckpt_step = t->ckpt_written = t->s.step;
+    t->ckpt_world = m.world;
 }
 
 /* rank 0's weights and momentum to every rank */
@@ -306,6 +349,37 @@ typedef struct {
     char text[META_MAX];
 } found_t;
 
+/* rank 0: what DIR holds for this run */
+static void find(train_t *t, found_t *f)
+{
+    char why[sizeof(drt_error_t) + 100] = "";
+    drt_error_t e;
+    uint64_t step;
+    int rc;
+
+    if (drt_ckpt_open(t->o.ckpt_dir, t->o.ckpt_local, t->o.keep, &t->ckpt, &e) < 0) {
+        f->status = -1;
+        snprintf(f->text, sizeof(f->text), "--checkpoint-dir: %s", e.text);
+        return;
+    }
+    if (t->o.fresh) {
+        /* a later resume would take the old run's newest over this one's */
+        rc = drt_ckpt_load(t->ckpt, &step, &e);
+        if (rc < 0)
+            snprintf(f->text, sizeof(f->text), "--checkpoint-dir: %s", e.text);
+        else if (rc > 0)
+            snprintf(f->text, sizeof(f->text), "--fresh: %s already holds a checkpoint (step %" PRIu64
+                     ") that a later resume would take (remove it, or give another --checkpoint-dir)",
+                     t->o.ckpt_dir, step);
+        f->status = rc ? -1 : 0;
+        return;
+    }
+    f->status = load(t, f->text, why, sizeof(why));
+    if (f->status < 0)
+        snprintf(f->text, sizeof(f->text), "cannot resume from %s: %s (remove its checkpoints, or give "
+                 "another --checkpoint-dir)", t->o.ckpt_dir, why);
+}
+
 void resume(train_t *t)
 {
     found_t f = {0};
@@ -314,22 +388,14 @@ void resume(train_t *t)
     default_algo(t);
     if (!t->o.ckpt_dir)
         return;
-    if (drt_rank(t->c) == 0) {
-        if (drt_ckpt_open(t->o.ckpt_dir, t->o.ckpt_local, t->o.keep, &t->ckpt, &e) < 0) {
-            f.status = -1;
-            snprintf(f.text, sizeof(f.text), "%s", e.text);
-        } else if (!t->o.fresh) {
-            char why[sizeof(drt_error_t) + 100] = "";
-            f.status = load(t, f.text, why, sizeof(why));
-            if (f.status < 0)
-                snprintf(f.text, sizeof(f.text), "cannot resume from %s: %s (use --fresh to start "
-                         "over, or another --checkpoint-dir)", t->o.ckpt_dir, why);
-        }
-    }
+    if (drt_rank(t->c) == 0)
+        find(t, &f);
     if (drt_broadcast(t->c, &f, sizeof(f), 0, &e) < 0)
         die("resume", e.text);
-    if (f.status < 0)
-        die("checkpoint", f.text);
+    if (f.status < 0) {
+        fprintf(stderr, "ddp-train: %s\n", f.text);
+        exit(1);
+    }
     if (f.status == 0) {
         if (t->o.resume)
             die("--resume", "no valid checkpoint to resume from (run without --resume to start over)");
@@ -339,11 +405,11 @@ void resume(train_t *t)
     share_params(t);
     t->resumed = 1;
     if (drt_rank(t->c) == 0) {
-        uint64_t world = 0;
         printf("resumed from step %" PRIu64 " (epoch %" PRIu64 ", sample %" PRIu64 " of it) in %s\n",
                t->s.step, t->s.epoch, t->s.offset, t->o.ckpt_dir);
-        if (!meta_u64(f.text, "world", &world) && world != (uint64_t)drt_size(t->c))
+        if (t->ckpt_world != (uint64_t)drt_size(t->c))
             printf("note: the checkpoint was written by %" PRIu64 " ranks, this run has %d: the sampler "
-                   "continues at the same sample; the learning rate is %g\n", world, drt_size(t->c), t->lr);
+                   "continues at the same sample; the learning rate is %g\n", t->ckpt_world,
+                   drt_size(t->c), t->lr);
     }
 }

@@ -4,9 +4,23 @@
  * --straggler-ms. --metrics writes every step as a JSON line. */
 #include "train.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+
+static FILE *open_file(const char *opt, const char *name, int append)
+{
+    FILE *f;
+
+    if (!name)
+        return NULL;
+    if (!(f = fopen(name, append ? "a" : "w"))) {
+        fprintf(stderr, "ddp-train: %s %s: %s (give a file you can write)\n", opt, name, strerror(errno));
+        exit(1);
+    }
+    return f;
+}
 
 void telemetry_open(train_t *t)
 {
@@ -21,10 +35,8 @@ void telemetry_open(train_t *t)
     if (drt_rank(t->c))
         return;
     /* a resumed run continues the files, a new one starts them over */
-    if (t->o.metrics && !(t->metrics = fopen(t->o.metrics, t->resumed ? "a" : "w")))
-        perror(t->o.metrics), exit(1);
-    if (t->o.dump && !(t->dump = fopen(t->o.dump, t->resumed ? "a" : "w")))
-        perror(t->o.dump), exit(1);
+    t->metrics = open_file("--metrics", t->o.metrics, t->resumed);
+    t->dump = open_file("--dump-weights", t->o.dump, t->resumed);
 }
 
 /* bus bandwidth as nccl-tests defines it: what each rank's links carry */
@@ -46,7 +58,12 @@ static void metrics_line(train_t *t, const drt_step_stats_t *st)
             st->comm_s * 1e3, st->exposed_s * 1e3, st->skew_s * 1e3,
             busbw(t, (double)st->bytes, st->comm_s), st->buckets, st->slowest_rank,
             st->slowest_lag_s * 1e3, drt_algo_name(st->algo));
-    fflush(t->metrics); /* a line per step, for whoever follows the file */
+    /* a line per step, for whoever follows the file; a failed write ends the run */
+    if (fflush(t->metrics) != 0 || ferror(t->metrics)) {
+        fprintf(stderr, "ddp-train: --metrics %s: cannot write: %s (free space there, or give another "
+                "file)\n", t->o.metrics, strerror(errno));
+        exit(1);
+    }
 }
 
 /* the straggler of the window, -1 for none */
@@ -120,12 +137,30 @@ void telemetry_step(train_t *t, const drt_step_stats_t *st)
     }
 }
 
-void telemetry_close(train_t *t)
+/* A file that could not be written (a full disk, /dev/full) is an error:
+ * its lines would be missing without a word. */
+static int close_file(FILE *f, const char *name)
 {
-    if (t->metrics)
-        fclose(t->metrics);
-    if (t->dump)
-        fclose(t->dump);
+    int bad = ferror(f);
+
+    if ((fclose(f) != 0 || bad)) {
+        fprintf(stderr, "ddp-train: %s: cannot write: %s (free space there, or give another file)\n",
+                name, strerror(errno ? errno : EIO));
+        return -1;
+    }
+    return 0;
+}
+
+int telemetry_close(train_t *t)
+{
+    int rc = 0;
+
+    if (t->metrics && close_file(t->metrics, t->o.metrics) < 0)
+        rc = -1;
+    if (t->dump && close_file(t->dump, t->o.dump) < 0)
+        rc = -1;
+    t->metrics = t->dump = NULL;
     free(t->w.slowest);
     free(t->w.lag);
+    return rc;
 }

@@ -67,7 +67,9 @@ typedef struct {
     int ckpt_pending;       /* a background write not yet waited for */
     int ckpt_failed;        /* the last checkpoint was not written (rank 0) */
     double ckpt_stall;      /* seconds the last checkpoint held its step up */
-    uint64_t ckpt_step;
+    uint64_t ckpt_step;     /* the step of the last checkpoint asked for */
+    uint64_t ckpt_written;  /* ... and of the last one written, 0: none */
+    uint64_t ckpt_world;    /* ranks of the run that wrote the checkpoint resumed from */
     progress_t s;
     int resumed;            /* from a checkpoint */
     double lr;              /* after scaling */
@@ -99,6 +101,6 @@ void checkpoint_close(train_t *t);
 /* telemetry.c */
 void telemetry_open(train_t *t);
 void telemetry_step(train_t *t, const drt_step_stats_t *st);
-void telemetry_close(train_t *t);
+int telemetry_close(train_t *t); /* -1: a file could not be written */
 
 #endif
