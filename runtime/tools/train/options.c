@@ -1,4 +1,5 @@
 /* ddp-train's command line. */
+#include "config.h"
 #include "train.h"
 
 #include <ctype.h>
@@ -12,6 +13,7 @@ static const char usage[] =
     "usage: ddp-train [options]              (each rank: srun ddp-train, ddp-run -n N ddp-train)\n"
     "       ddp-train --plot METRICS.jsonl -o OUT.svg\n"
     "       ddp-train --compare A B [--rtol X]\n"
+    "       ddp-train --help | --version\n"
     "\n"
     "Data-parallel SGD on libddprt: a seeded synthetic data set of 64 features and 10\n"
     "classes, each rank a disjoint shard; gradients averaged in buckets while backward runs.\n"
@@ -60,7 +62,7 @@ enum {
     O_MODEL = 256, O_HIDDEN, O_LAYERS, O_SAMPLES, O_SEED, O_EPOCHS, O_BATCH, O_LR, O_NOSCALE,
     O_MOMENTUM, O_MAXSTEPS, O_ALGO, O_BUCKET, O_FIRST, O_NOOVERLAP, O_CKDIR, O_CKEVERY, O_CKLOCAL,
     O_KEEP, O_RESUME, O_FRESH, O_SYNC, O_LOGEVERY, O_METRICS, O_STRAGGLER, O_SLOWRANK, O_SLOWMS,
-    O_DUMP, O_PLOT, O_COMPARE, O_RTOL, O_HELP
+    O_DUMP, O_PLOT, O_COMPARE, O_RTOL, O_HELP, O_VERSION
 };
 
 static const struct option longopts[] = {
@@ -76,7 +78,7 @@ static const struct option longopts[] = {
     {"metrics", 1, 0, O_METRICS}, {"straggler-ms", 1, 0, O_STRAGGLER},
     {"slow-rank", 1, 0, O_SLOWRANK}, {"slow-ms", 1, 0, O_SLOWMS}, {"dump-weights", 1, 0, O_DUMP},
     {"plot", 1, 0, O_PLOT}, {"compare", 1, 0, O_COMPARE}, {"rtol", 1, 0, O_RTOL},
-    {"help", 0, 0, O_HELP}, {0, 0, 0, 0}};
+    {"help", 0, 0, O_HELP}, {"version", 0, 0, O_VERSION}, {0, 0, 0, 0}};
 
 static int bad(const char *opt, const char *val, const char *want)
 {
@@ -237,6 +239,10 @@ int options_parse(opts_t *o, int argc, char **argv)
         int rc = 0;
         if (c == O_HELP) {
             fputs(usage, stdout);
+            return 0;
+        }
+        if (c == O_VERSION) {
+            puts("ddp-train (ddp-topo) " PACKAGE_VERSION);
             return 0;
         }
         if (c == O_PLOT)
