@@ -11,7 +11,11 @@
  * The step's end exchanges a few numbers per rank (one small allgather):
  * when each bucket was complete on each rank, measured from the previous
  * step's end, the one moment all ranks share without a common clock; and
- * whether a rank has seen a preemption signal. */
+ * whether a rank has seen a preemption signal.
+ *
+ * With drt_buckets_gpu the buckets live in device memory: the copies, the
+ * zeroing and the allreduces are enqueued on the caller's stream (NCCL),
+ * in the same order as on the host, and finish waits on their events. */
 #include "internal.h"
 
 #include <stdlib.h>
@@ -35,13 +39,16 @@ typedef struct {
     drt_dtype_t t;
     int pending;       /* gradients not ready yet this step */
     drt_request_t *req;
-    double busy;       /* the progress thread's time on it */
+    double started;    /* when it was issued */
+    double busy;       /* host: the progress thread's time on it; device: issue to done */
 } bucket_t;
 
 struct drt_buckets {
     drt_comm_t *c;
     size_t cap, first_cap;
     drt_op_t op;
+    int device;        /* drt_buckets_gpu: device buffers, on stream */
+    void *stream;
     grad_t *g;
     int ng, gcap;
     bucket_t *bk;
@@ -53,6 +60,44 @@ struct drt_buckets {
     double *mine, *all; /* the step exchange: per bucket arrival, the signal */
     double *first;      /* per bucket: the first rank's arrival */
 };
+
+/* ---- the memory the buckets live in: host, or the GPU's (drt_buckets_gpu) ---- */
+
+static int mem_alloc(drt_buckets_t *b, size_t bytes, unsigned char **p, drt_error_t *err)
+{
+    void *v = NULL;
+
+    if (b->device && gpu_buf_alloc(b->c, bytes, &v, err) < 0)
+        return -1;
+    if (!b->device && !(v = calloc(1, bytes)))
+        return drt_fail(err, "out of memory for a %zu-byte bucket", bytes);
+    *p = v;
+    return 0;
+}
+
+static void mem_free(drt_buckets_t *b, void *p)
+{
+    if (b->device)
+        gpu_buf_free(b->c, p);
+    else
+        free(p);
+}
+
+static int mem_copy(drt_buckets_t *b, void *dst, const void *src, size_t bytes, drt_error_t *err)
+{
+    if (b->device)
+        return gpu_buf_copy(b->c, dst, src, bytes, b->stream, err);
+    memcpy(dst, src, bytes);
+    return 0;
+}
+
+static int mem_zero(drt_buckets_t *b, void *p, size_t bytes, drt_error_t *err)
+{
+    if (b->device)
+        return gpu_buf_zero(b->c, p, bytes, b->stream, err);
+    memset(p, 0, bytes);
+    return 0;
+}
 
 static int env_bytes(const char *name, size_t dflt, size_t *out, drt_error_t *err)
 {
@@ -88,6 +133,17 @@ int drt_buckets_create(drt_comm_t *c, size_t cap, size_t first_cap, drt_op_t op,
         return -1;
     }
     *out = b;
+    return 0;
+}
+
+int drt_buckets_gpu(drt_buckets_t *b, void *stream, drt_error_t *err)
+{
+    if (b->bk)
+        return drt_fail(err, "drt_buckets_gpu: the buckets were packed at the first step");
+    if (drt_gpu_attach(b->c, -1, err) < 0)
+        return -1;
+    b->device = 1;
+    b->stream = stream;
     return 0;
 }
 
@@ -133,8 +189,8 @@ static int pack(drt_buckets_t *b, drt_error_t *err)
         k->count += g->count;
     }
     for (int k = 0; k < b->nb; k++)
-        if (!(b->bk[k].buf = calloc(1, b->bk[k].bytes)))
-            return drt_fail(err, "out of memory for a %zu-byte bucket", b->bk[k].bytes);
+        if (mem_alloc(b, b->bk[k].bytes, &b->bk[k].buf, err) < 0)
+            return -1;
     b->mine = calloc((size_t)b->nb + 1, sizeof(double));
     b->first = calloc((size_t)b->nb, sizeof(double));
     b->all = calloc(((size_t)b->nb + 1) * (size_t)drt_size(b->c), sizeof(double));
@@ -144,7 +200,7 @@ static int pack(drt_buckets_t *b, drt_error_t *err)
 static void unpack(drt_buckets_t *b)
 {
     for (int k = 0; k < b->nb; k++)
-        free(b->bk[k].buf);
+        mem_free(b, b->bk[k].buf);
     free(b->bk);
     free(b->mine);
     free(b->first);
@@ -200,7 +256,11 @@ static int start(drt_buckets_t *b, int k, drt_error_t *err)
 {
     bucket_t *bk = &b->bk[k];
 
-    b->mine[k] = drt_now() - b->ref;
+    bk->started = drt_now();
+    b->mine[k] = bk->started - b->ref;
+    if (b->device)
+        return drt_gpu_iallreduce(b->c, bk->buf, bk->buf, bk->count, bk->t, b->op, b->stream,
+                                  &bk->req, err);
     return drt_iallreduce(b->c, bk->buf, bk->buf, bk->count, bk->t, b->op, &bk->req, err);
 }
 
@@ -226,8 +286,9 @@ int drt_buckets_ready(drt_buckets_t *b, int index, drt_error_t *err)
     if (g->ready)
         return drt_fail(err, "drt_buckets_ready(%d): marked ready twice in one step", index);
     g->ready = 1;
-    if (g->user)
-        memcpy(b->bk[g->bucket].buf + g->off, g->user, g->count * drt_dtype_size(g->t));
+    if (g->user && mem_copy(b, b->bk[g->bucket].buf + g->off, g->user,
+                            g->count * drt_dtype_size(g->t), err) < 0)
+        return -1;
     b->t_last_ready = drt_now();
     b->bk[g->bucket].pending--;
     return start_ready(b, err);
@@ -240,7 +301,8 @@ static int start_rest(drt_buckets_t *b, drt_error_t *err)
         grad_t *g = &b->g[i];
         if (g->ready)
             continue;
-        memset(b->bk[g->bucket].buf + g->off, 0, g->count * drt_dtype_size(g->t));
+        if (mem_zero(b, b->bk[g->bucket].buf + g->off, g->count * drt_dtype_size(g->t), err) < 0)
+            return -1;
         b->bk[g->bucket].pending--;
         g->ready = 1;
     }
@@ -255,23 +317,29 @@ static int wait_all(drt_buckets_t *b, int rc, drt_error_t *err)
     drt_error_t e;
 
     for (int k = 0; k < b->next; k++) {
-        if (async_wait_timed(b->bk[k].req, &b->bk[k].busy, &e) < 0 && rc == 0) {
+        bucket_t *bk = &b->bk[k];
+        int w = b->device ? drt_wait(bk->req, &e) : async_wait_timed(bk->req, &bk->busy, &e);
+        if (b->device)
+            bk->busy = drt_now() - bk->started;
+        if (w < 0 && rc == 0) {
             rc = -1;
             if (err)
                 *err = e;
         }
-        b->bk[k].req = NULL;
+        bk->req = NULL;
     }
     return rc;
 }
 
-static void copy_back(drt_buckets_t *b)
+static int copy_back(drt_buckets_t *b, drt_error_t *err)
 {
     for (int i = 0; i < b->ng; i++) {
         grad_t *g = &b->g[i];
-        if (g->user)
-            memcpy(g->user, b->bk[g->bucket].buf + g->off, g->count * drt_dtype_size(g->t));
+        if (g->user && mem_copy(b, g->user, b->bk[g->bucket].buf + g->off,
+                                g->count * drt_dtype_size(g->t), err) < 0)
+            return -1;
     }
+    return 0;
 }
 
 /* From the exchange: the largest lag at a bucket, and the rank whose mean
@@ -332,8 +400,7 @@ int drt_buckets_finish(drt_buckets_t *b, drt_step_stats_t *stats, drt_error_t *e
     rc = wait_all(b, start_rest(b, err), err);
     if (rc < 0)
         return -1;
-    copy_back(b);
-    if (exchange(b, &st, err) < 0)
+    if (copy_back(b, err) < 0 || exchange(b, &st, err) < 0)
         return -1;
     t_end = drt_now();
     for (int k = 0; k < b->nb; k++) {
@@ -341,7 +408,8 @@ int drt_buckets_finish(drt_buckets_t *b, drt_step_stats_t *stats, drt_error_t *e
         st.bytes += b->bk[k].bytes;
     }
     st.buckets = b->nb;
-    st.algo = b->c->cpu.last; /* written before the request was done (the queue's lock orders it) */
+    /* written before the request was done (the queue's lock orders it) */
+    st.algo = b->device ? gpu_last_algo(b->c) : b->c->cpu.last;
     st.exposed_s = t_end - t_enter;
     st.step_s = t_end - b->t_begin;
     b->ref = t_end;

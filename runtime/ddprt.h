@@ -149,7 +149,8 @@ int drt_gpu_sync(drt_comm_t *c, void *stream, drt_error_t *err);
  * match. finish starts what is left, waits for all, and writes the results
  * back. A gradient not marked ready in a step (an unused parameter)
  * contributes zeros, and still receives the other ranks' values; marking one
- * twice in a step is an error. Host buffers only. */
+ * twice in a step is an error. Host buffers, or device buffers after
+ * drt_buckets_gpu. */
 typedef struct drt_buckets drt_buckets_t;
 
 /* What one step cost, the same on every rank except the rank's own times. */
@@ -172,6 +173,14 @@ typedef struct {
  * for gradients (applied once). */
 int drt_buckets_create(drt_comm_t *c, size_t cap, size_t first_cap, drt_op_t op,
                        drt_buckets_t **b, drt_error_t *err);
+/* Device buffers (NCCL): the buckets are allocated on the GPU of
+ * drt_gpu_attach (which this calls: collective), gradients are device
+ * pointers, and every copy, zeroing and allreduce is enqueued on stream, so
+ * mark a gradient ready after enqueuing the work that computes it on that
+ * stream. finish returns once the allreduces are done and the copies back
+ * are enqueued. Arrival times (the skew) are then when ready was called,
+ * not when the GPU got there. Before the first begin. */
+int drt_buckets_gpu(drt_buckets_t *b, void *stream, drt_error_t *err);
 /* Register a gradient of count elements; returns its index, or -1. grad:
  * the caller's buffer (copied into the bucket when ready, results copied
  * back by finish), or NULL for storage inside the bucket (drt_buckets_grad:
@@ -185,7 +194,7 @@ int drt_buckets_begin(drt_buckets_t *b, drt_error_t *err);
 int drt_buckets_ready(drt_buckets_t *b, int index, drt_error_t *err);
 /* collective: every rank's gradients reduced, stats filled (may be NULL) */
 int drt_buckets_finish(drt_buckets_t *b, drt_step_stats_t *stats, drt_error_t *err);
-void drt_buckets_free(drt_buckets_t *b);
+void drt_buckets_free(drt_buckets_t *b); /* before drt_finalize */
 
 /* ---- Preemption --------------------------------------------------------------
  * SLURM signals each task at different moments (--signal=USR1@T, scancel

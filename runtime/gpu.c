@@ -98,6 +98,37 @@ void gpu_finalize(drt_comm_t *c)
 {
     (void)c;
 }
+
+int gpu_buf_alloc(drt_comm_t *c, size_t bytes, void **p, drt_error_t *err)
+{
+    (void)c, (void)bytes;
+    *p = NULL;
+    return no_gpu(err);
+}
+
+void gpu_buf_free(drt_comm_t *c, void *p)
+{
+    (void)c, (void)p;
+}
+
+int gpu_buf_copy(drt_comm_t *c, void *dst, const void *src, size_t bytes, void *stream,
+                 drt_error_t *err)
+{
+    (void)c, (void)dst, (void)src, (void)bytes, (void)stream;
+    return no_gpu(err);
+}
+
+int gpu_buf_zero(drt_comm_t *c, void *p, size_t bytes, void *stream, drt_error_t *err)
+{
+    (void)c, (void)p, (void)bytes, (void)stream;
+    return no_gpu(err);
+}
+
+drt_algo_t gpu_last_algo(const drt_comm_t *c)
+{
+    (void)c;
+    return DRT_ALGO_FLAT;
+}
 #else
 #include <errno.h>
 #include <poll.h>
@@ -889,5 +920,59 @@ void gpu_finalize(drt_comm_t *c)
     pthread_mutex_destroy(&g->mu);
     free(g);
     c->gpu = NULL;
+}
+/* ---- device memory for the gradient buckets (bucket.c) ---- */
+
+static int buf_done(struct gpu *g, int prev, cudaError_t rc, const char *what, drt_error_t *err)
+{
+    g->api->cudaSetDevice(prev);
+    if (rc == cudaSuccess)
+        return 0;
+    return drt_fail(err, "ddprt: gradient buckets: %s on CUDA device %d: %s", what, g->device,
+                    g->api->cudaGetErrorString(rc));
+}
+
+int gpu_buf_alloc(drt_comm_t *c, size_t bytes, void **p, drt_error_t *err)
+{
+    int prev;
+
+    *p = NULL;
+    if (drt_gpu_attach(c, -1, err) < 0 || enter(c->gpu, &prev, err) < 0)
+        return -1;
+    return buf_done(c->gpu, prev, c->gpu->api->cudaMalloc(p, bytes), "cudaMalloc", err);
+}
+
+void gpu_buf_free(drt_comm_t *c, void *p)
+{
+    if (p && c->gpu)
+        c->gpu->api->cudaFree(p);
+}
+
+int gpu_buf_copy(drt_comm_t *c, void *dst, const void *src, size_t bytes, void *stream,
+                 drt_error_t *err)
+{
+    int prev;
+
+    if (!c->gpu || enter(c->gpu, &prev, err) < 0)
+        return c->gpu ? -1 : drt_fail(err, "ddprt: gradient buckets: no GPU attached");
+    return buf_done(c->gpu, prev,
+                    c->gpu->api->cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault,
+                                                 (cudaStream_t)stream),
+                    "cudaMemcpyAsync", err);
+}
+
+int gpu_buf_zero(drt_comm_t *c, void *p, size_t bytes, void *stream, drt_error_t *err)
+{
+    int prev;
+
+    if (!c->gpu || enter(c->gpu, &prev, err) < 0)
+        return c->gpu ? -1 : drt_fail(err, "ddprt: gradient buckets: no GPU attached");
+    return buf_done(c->gpu, prev, c->gpu->api->cudaMemsetAsync(p, 0, bytes, (cudaStream_t)stream),
+                    "cudaMemsetAsync", err);
+}
+
+drt_algo_t gpu_last_algo(const drt_comm_t *c)
+{
+    return c->gpu ? c->gpu->set.last : DRT_ALGO_FLAT;
 }
 #endif

@@ -198,5 +198,15 @@ struct gpu_req;
 drt_request_t *async_gpu_request(drt_comm_t *c, struct gpu_req *g);
 int gpu_req_test(struct gpu_req *g, int *done, drt_error_t *err);
 int gpu_req_wait(struct gpu_req *g, drt_error_t *err); /* frees g */
+/* device memory for the gradient buckets (bucket.c), on the communicators'
+ * device (alloc attaches first: collective); copies and zeroing are
+ * ordered on stream. Without CUDA each says why and returns -1. */
+int gpu_buf_alloc(drt_comm_t *c, size_t bytes, void **p, drt_error_t *err);
+void gpu_buf_free(drt_comm_t *c, void *p);
+int gpu_buf_copy(drt_comm_t *c, void *dst, const void *src, size_t bytes, void *stream,
+                 drt_error_t *err);
+int gpu_buf_zero(drt_comm_t *c, void *p, size_t bytes, void *stream, drt_error_t *err);
+/* what the last GPU allreduce ran (auto's choice), flat before any */
+drt_algo_t gpu_last_algo(const drt_comm_t *c);
 
 #endif

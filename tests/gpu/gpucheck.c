@@ -19,6 +19,7 @@
     "       gpucheck watchdog               a stream stuck on a host flag\n" \
     "       gpucheck inittimeout DONEFILE   2 ranks; rank 1 never attaches\n" \
     "       gpucheck pair                   2 ranks on one GPU (NCCL_HOSTID, ...)\n" \
+    "       gpucheck buckets                gradient buckets on device buffers, 1 rank\n" \
     "All but probe run under ddp-run; DDPRT_TIMEOUT bounds every wait.\n"
 
 /* The result line: PASS/FAIL/SKIP and why; returns the exit status. */
@@ -538,6 +539,92 @@ static int pair(void)
     return rc;
 }
 
+/* ---- gradient buckets on device buffers (drt_buckets_gpu) ---- */
+
+enum { NB_GRADS = 4 };
+static const size_t bk_counts[NB_GRADS] = {4096, 1 << 20, 17, 3000};
+
+/* One step on the legacy default stream (NULL), which orders the plain
+ * cudaMemcpy calls here with the buckets' work: gradient g holds g + 1,
+ * gradient 2 is never marked ready (zeros); 1 rank, AVG: each comes back
+ * as it went in. */
+static int bucket_step(drt_comm_t *c, drt_buckets_t *b, float *host, drt_step_stats_t *st)
+{
+    drt_error_t err;
+
+    for (int g = NB_GRADS - 1; g >= 0; g--) {
+        if (g == 2)
+            continue;
+        for (size_t k = 0; k < bk_counts[g]; k++)
+            host[k] = (float)(g + 1);
+        if (CU(cudaMemcpy(drt_buckets_grad(b, g), host, bk_counts[g] * 4, cudaMemcpyHostToDevice)))
+            return -1;
+        if (drt_buckets_ready(b, g, &err) < 0)
+            return result(1, "drt_buckets_ready(%d): %s", g, err.text), -1;
+    }
+    if (drt_buckets_finish(b, st, &err) < 0 || drt_gpu_sync(c, NULL, &err) < 0)
+        return result(1, "drt_buckets_finish: %s", err.text), -1;
+    return 0;
+}
+
+static int bucket_results(drt_buckets_t *b, float *host)
+{
+    for (int g = 0; g < NB_GRADS; g++) {
+        float want = g == 2 ? 0.0f : (float)(g + 1);
+        if (CU(cudaMemcpy(host, drt_buckets_grad(b, g), bk_counts[g] * 4, cudaMemcpyDeviceToHost)))
+            return -1;
+        for (size_t k = 0; k < bk_counts[g]; k++)
+            if (host[k] != want)
+                return result(1, "gradient %d element %zu: %g, want %g", g, k, host[k], want), -1;
+    }
+    return 0;
+}
+
+/* gradients 0-2 in the caller's device buffers, 3 in the buckets' */
+static int bucket_add(drt_buckets_t *b, void *dev[NB_GRADS], drt_error_t *err)
+{
+    for (int g = 0; g < NB_GRADS; g++) {
+        if (g < 3 && CU(cudaMalloc(&dev[g], bk_counts[g] * 4)))
+            return -1;
+        if (drt_buckets_add(b, dev[g], bk_counts[g], DRT_FLOAT32, err) < 0)
+            return result(1, "drt_buckets_add: %s", err->text), -1;
+    }
+    if (drt_buckets_begin(b, err) < 0)
+        return result(1, "drt_buckets_begin: %s", err->text), -1;
+    return 0;
+}
+
+static int buckets(void)
+{
+    drt_comm_t *c = open_comm(0);
+    drt_buckets_t *b = NULL;
+    void *dev[NB_GRADS] = {0};
+    float *host = malloc(bk_counts[1] * 4);
+    drt_step_stats_t st = {0};
+    drt_error_t err = {""};
+    int rc = 1;
+
+    if (!c || !host) {
+        free(host);
+        if (c)
+            drt_finalize(c);
+        return 1;
+    }
+    if (drt_buckets_create(c, 1 << 20, 16 << 10, DRT_AVG, &b, &err) < 0 ||
+        drt_buckets_gpu(b, NULL, &err) < 0)
+        rc = result(1, "drt_buckets_gpu: %s", err.text);
+    else if (bucket_add(b, dev, &err) == 0 && bucket_step(c, b, host, &st) == 0 &&
+             bucket_results(b, host) == 0)
+        rc = result(st.buckets >= 3 ? 0 : 1, "%d device buckets, %zu bytes: every gradient right "
+                    "(the unused one zero), comm %.3f ms", st.buckets, st.bytes, st.comm_s * 1e3);
+    drt_buckets_free(b);
+    for (int g = 0; g < NB_GRADS; g++)
+        api->cudaFree(dev[g]);
+    free(host);
+    drt_finalize(c);
+    return rc;
+}
+
 /* MAXBYTES: a whole number of bytes, at least 8, at most 4 GiB. */
 static int parse_bytes(const char *s, size_t *v)
 {
@@ -563,7 +650,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "probe"))
         return probe();
     if (strcmp(cmd, "sweep") && strcmp(cmd, "order") && strcmp(cmd, "watchdog") &&
-        strcmp(cmd, "pair") && (strcmp(cmd, "inittimeout") || argc != 3))
+        strcmp(cmd, "pair") && strcmp(cmd, "buckets") && (strcmp(cmd, "inittimeout") || argc != 3))
         return fputs(USAGE, stderr), 2;
     if (!strcmp(cmd, "sweep") && argc > 2 && parse_bytes(argv[2], &max_bytes) < 0)
         return 2;
@@ -571,6 +658,6 @@ int main(int argc, char **argv)
         return result(1, "%s", err.text);
     return !strcmp(cmd, "sweep") ? sweep(max_bytes) : !strcmp(cmd, "order") ? order()
            : !strcmp(cmd, "watchdog") ? watchdog() : !strcmp(cmd, "pair") ? pair()
-           : inittimeout(argv[2]);
+           : !strcmp(cmd, "buckets") ? buckets() : inittimeout(argv[2]);
 }
 #endif

@@ -54,6 +54,28 @@ static int cpu_sum(drt_comm_t *c, drt_error_t *err)
     return v == drt_size(c) ? 0 : -1;
 }
 
+/* device buckets refused (the attach's error); the same buckets then work
+ * on the host: "buckets gpu" and "buckets host after" */
+static void buckets(drt_comm_t *c)
+{
+    drt_buckets_t *b;
+    drt_error_t err = {""};
+    float g = 1;
+    int rc;
+
+    if (drt_buckets_create(c, 0, 0, DRT_SUM, &b, &err) < 0) {
+        step("buckets gpu", -2, &err);
+        return;
+    }
+    step("buckets gpu", drt_buckets_gpu(b, NULL, &err), &err);
+    rc = drt_buckets_add(b, &g, 1, DRT_FLOAT32, &err) < 0 || drt_buckets_begin(b, &err) < 0 ||
+                 drt_buckets_ready(b, 0, &err) < 0 || drt_buckets_finish(b, NULL, &err) < 0
+             ? -1
+             : g == (float)drt_size(c) ? 0 : -3;
+    step("buckets host after", rc, &err);
+    drt_buckets_free(b);
+}
+
 static int errors(void)
 {
     drt_comm_t *c;
@@ -83,6 +105,7 @@ static int errors(void)
     printf("rank %d: mapped after GPU calls: libcudart %d, libnccl %d\n", me, mapped("libcudart"),
            mapped("libnccl"));
     step("cpu after", cpu_sum(c, &err), &err);
+    buckets(c);
     /* GPU state without a device: drt_finalize must free it (ASan, valgrind) */
     drt_gpu_set_algo(c, DRT_ALGO_HIER);
     drt_finalize(c);
