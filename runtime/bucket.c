@@ -18,6 +18,7 @@
  * in the same order as on the host, and finish waits on their events. */
 #include "internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -285,10 +286,10 @@ int drt_buckets_ready(drt_buckets_t *b, int index, drt_error_t *err)
     g = &b->g[index];
     if (g->ready)
         return drt_fail(err, "drt_buckets_ready(%d): marked ready twice in one step", index);
-    g->ready = 1;
     if (g->user && mem_copy(b, b->bk[g->bucket].buf + g->off, g->user,
                             g->count * drt_dtype_size(g->t), err) < 0)
-        return -1;
+        return -1; /* not ready: finish zeroes it, so the ranks' buckets still match */
+    g->ready = 1;
     b->t_last_ready = drt_now();
     b->bk[g->bucket].pending--;
     return start_ready(b, err);
@@ -420,11 +421,20 @@ int drt_buckets_finish(drt_buckets_t *b, drt_step_stats_t *stats, drt_error_t *e
 
 void drt_buckets_free(drt_buckets_t *b)
 {
+    drt_error_t e;
+
     if (!b)
         return;
     /* a step abandoned after an error: its requests must not outlive the buffers */
     if (b->in_step)
         wait_all(b, 0, NULL);
+    /* the stream may still copy from the buckets (finish only enqueues the
+     * copies back); cudaFree need not wait for it. A stream that does not
+     * get there in DDPRT_TIMEOUT keeps the buckets: a leak, not a crash. */
+    if (b->device && b->nb && drt_gpu_sync(b->c, b->stream, &e) < 0) {
+        fprintf(stderr, "ddprt: gradient buckets not freed: %s\n", e.text);
+        b->nb = 0;
+    }
     unpack(b);
     free(b->g);
     free(b);

@@ -177,9 +177,12 @@ int drt_buckets_create(drt_comm_t *c, size_t cap, size_t first_cap, drt_op_t op,
  * drt_gpu_attach (which this calls: collective), gradients are device
  * pointers, and every copy, zeroing and allreduce is enqueued on stream, so
  * mark a gradient ready after enqueuing the work that computes it on that
- * stream. finish returns once the allreduces are done and the copies back
- * are enqueued. Arrival times (the skew) are then when ready was called,
- * not when the GPU got there. Before the first begin. */
+ * stream (NULL: the legacy stream of drt_gpu_device, which must be the
+ * current device; not cudaStreamPerThread). finish returns once the
+ * allreduces are done and the copies back are enqueued; drt_buckets_free
+ * waits for the stream. The times in the stats are the host's: when ready
+ * was called and when the waits ended, not when the GPU got there. Before
+ * the first begin. */
 int drt_buckets_gpu(drt_buckets_t *b, void *stream, drt_error_t *err);
 /* Register a gradient of count elements; returns its index, or -1. grad:
  * the caller's buffer (copied into the bucket when ready, results copied

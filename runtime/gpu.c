@@ -944,8 +944,14 @@ int gpu_buf_alloc(drt_comm_t *c, size_t bytes, void **p, drt_error_t *err)
 
 void gpu_buf_free(drt_comm_t *c, void *p)
 {
-    if (p && c->gpu)
+    drt_error_t e;
+    int prev;
+
+    /* on the buckets' device: cudaFree may set up a context on the current one */
+    if (p && c->gpu && enter(c->gpu, &prev, &e) == 0) {
         c->gpu->api->cudaFree(p);
+        c->gpu->api->cudaSetDevice(prev);
+    }
 }
 
 int gpu_buf_copy(drt_comm_t *c, void *dst, const void *src, size_t bytes, void *stream,

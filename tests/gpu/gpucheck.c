@@ -19,7 +19,7 @@
     "       gpucheck watchdog               a stream stuck on a host flag\n" \
     "       gpucheck inittimeout DONEFILE   2 ranks; rank 1 never attaches\n" \
     "       gpucheck pair                   2 ranks on one GPU (NCCL_HOSTID, ...)\n" \
-    "       gpucheck buckets                gradient buckets on device buffers, 1 rank\n" \
+    "       gpucheck buckets                gradient buckets on device buffers (1 or 2 ranks)\n" \
     "All but probe run under ddp-run; DDPRT_TIMEOUT bounds every wait.\n"
 
 /* The result line: PASS/FAIL/SKIP and why; returns the exit status. */
@@ -544,38 +544,58 @@ static int pair(void)
 enum { NB_GRADS = 4 };
 static const size_t bk_counts[NB_GRADS] = {4096, 1 << 20, 17, 3000};
 
-/* One step on the legacy default stream (NULL), which orders the plain
- * cudaMemcpy calls here with the buckets' work: gradient g holds g + 1,
- * gradient 2 is never marked ready (zeros); 1 rank, AVG: each comes back
- * as it went in. */
-static int bucket_step(drt_comm_t *c, drt_buckets_t *b, float *host, drt_step_stats_t *st)
+/* what rank r puts in gradient g: small integers, exact in float32 */
+static float bk_value(int g, int r)
+{
+    return (float)((g + 1) * (r + 1));
+}
+
+/* One step on a non-blocking stream s: each gradient is written with
+ * cudaMemcpyAsync on s, marked ready, then its own buffer is poisoned on
+ * s, so only the buckets' copy back can make it right again. unused: a
+ * gradient left unready (its bucket's storage still holds the last step's
+ * sum, so only the zeroing makes it 0). Gradient 3 lives in the buckets. */
+static int bucket_step(drt_comm_t *c, drt_buckets_t *b, cudaStream_t s, float *host, int unused,
+                       drt_step_stats_t *st)
 {
     drt_error_t err;
+    int r = drt_rank(c);
 
+    if (drt_buckets_begin(b, &err) < 0)
+        return result(1, "drt_buckets_begin: %s", err.text), -1;
     for (int g = NB_GRADS - 1; g >= 0; g--) {
-        if (g == 2)
+        void *p = drt_buckets_grad(b, g);
+        if (g == unused)
             continue;
         for (size_t k = 0; k < bk_counts[g]; k++)
-            host[k] = (float)(g + 1);
-        if (CU(cudaMemcpy(drt_buckets_grad(b, g), host, bk_counts[g] * 4, cudaMemcpyHostToDevice)))
+            host[k] = bk_value(g, r);
+        if (CU(cudaMemcpyAsync(p, host, bk_counts[g] * 4, cudaMemcpyHostToDevice, s)))
             return -1;
         if (drt_buckets_ready(b, g, &err) < 0)
             return result(1, "drt_buckets_ready(%d): %s", g, err.text), -1;
+        if (g != 3 && CU(cudaMemsetAsync(p, 0xff, bk_counts[g] * 4, s))) /* NaN */
+            return -1;
     }
-    if (drt_buckets_finish(b, st, &err) < 0 || drt_gpu_sync(c, NULL, &err) < 0)
+    if (drt_buckets_finish(b, st, &err) < 0)
         return result(1, "drt_buckets_finish: %s", err.text), -1;
+    if (drt_gpu_sync(c, s, &err) < 0)
+        return result(1, "drt_gpu_sync after finish: %s", err.text), -1;
     return 0;
 }
 
-static int bucket_results(drt_buckets_t *b, float *host)
+/* the sums over ranks, the unused gradient zero */
+static int bucket_results(drt_comm_t *c, drt_buckets_t *b, float *host, int unused)
 {
+    int n = drt_size(c);
+
     for (int g = 0; g < NB_GRADS; g++) {
-        float want = g == 2 ? 0.0f : (float)(g + 1);
+        float want = g == unused ? 0.0f : bk_value(g, 0) * (float)(n * (n + 1) / 2);
         if (CU(cudaMemcpy(host, drt_buckets_grad(b, g), bk_counts[g] * 4, cudaMemcpyDeviceToHost)))
             return -1;
         for (size_t k = 0; k < bk_counts[g]; k++)
             if (host[k] != want)
-                return result(1, "gradient %d element %zu: %g, want %g", g, k, host[k], want), -1;
+                return result(1, "rank %d: gradient %d element %zu: %g, want %g", drt_rank(c), g, k,
+                              host[k], want), -1;
     }
     return 0;
 }
@@ -589,9 +609,23 @@ static int bucket_add(drt_buckets_t *b, void *dev[NB_GRADS], drt_error_t *err)
         if (drt_buckets_add(b, dev[g], bk_counts[g], DRT_FLOAT32, err) < 0)
             return result(1, "drt_buckets_add: %s", err->text), -1;
     }
-    if (drt_buckets_begin(b, err) < 0)
-        return result(1, "drt_buckets_begin: %s", err->text), -1;
     return 0;
+}
+
+/* Two steps, SUM over the ranks (1, or 2 on one GPU under NCCL_HOSTID):
+ * all four gradients, then gradient 2 unused. */
+static int bucket_steps(drt_comm_t *c, drt_buckets_t *b, cudaStream_t s, float *host)
+{
+    drt_step_stats_t st = {0};
+
+    if (bucket_step(c, b, s, host, -1, &st) < 0 || bucket_results(c, b, host, -1) < 0 ||
+        bucket_step(c, b, s, host, 2, &st) < 0 || bucket_results(c, b, host, 2) < 0)
+        return 1;
+    if (st.buckets < 3 || !(st.comm_s > 0))
+        return result(1, "%d buckets, comm %g s: want at least 3 and some time", st.buckets, st.comm_s);
+    return result(0, "rank %d of %d: %d device buckets, %zu bytes, 2 steps: every sum right, the "
+                  "unused gradient zero, the caller's buffers rewritten", drt_rank(c), drt_size(c),
+                  st.buckets, st.bytes);
 }
 
 static int buckets(void)
@@ -600,28 +634,26 @@ static int buckets(void)
     drt_buckets_t *b = NULL;
     void *dev[NB_GRADS] = {0};
     float *host = malloc(bk_counts[1] * 4);
-    drt_step_stats_t st = {0};
+    cudaStream_t s = NULL;
     drt_error_t err = {""};
     int rc = 1;
 
-    if (!c || !host) {
-        free(host);
-        if (c)
-            drt_finalize(c);
-        return 1;
+    if (c && host && !CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking))) {
+        if (drt_buckets_create(c, 1 << 20, 16 << 10, DRT_SUM, &b, &err) < 0)
+            rc = result(1, "drt_buckets_create: %s", err.text);
+        else if (drt_buckets_gpu(b, s, &err) < 0)
+            rc = result(1, "drt_buckets_gpu: %s", err.text);
+        else if (bucket_add(b, dev, &err) == 0)
+            rc = bucket_steps(c, b, s, host);
     }
-    if (drt_buckets_create(c, 1 << 20, 16 << 10, DRT_AVG, &b, &err) < 0 ||
-        drt_buckets_gpu(b, NULL, &err) < 0)
-        rc = result(1, "drt_buckets_gpu: %s", err.text);
-    else if (bucket_add(b, dev, &err) == 0 && bucket_step(c, b, host, &st) == 0 &&
-             bucket_results(b, host) == 0)
-        rc = result(st.buckets >= 3 ? 0 : 1, "%d device buckets, %zu bytes: every gradient right "
-                    "(the unused one zero), comm %.3f ms", st.buckets, st.bytes, st.comm_s * 1e3);
-    drt_buckets_free(b);
+    drt_buckets_free(b); /* waits for s */
     for (int g = 0; g < NB_GRADS; g++)
         api->cudaFree(dev[g]);
+    if (s)
+        api->cudaStreamDestroy(s);
     free(host);
-    drt_finalize(c);
+    if (c)
+        drt_finalize(c);
     return rc;
 }
 
