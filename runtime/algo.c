@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The allreduce algorithms, written once over a set's group backends:
  *   flat: the world group's allreduce (the CPU ring: reduce-scatter +
  *         allgather, bandwidth-optimal);

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Non-blocking allreduce: a progress thread runs queued requests in the
  * order issued, so a training loop can compute while gradients travel.
  * Blocking collectives first wait until the queue is empty, so every rank

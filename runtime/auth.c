@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Mutual authentication of every runtime connection, so that the job's
  * secret never crosses the wire and neither a process squatting on a port
  * nor a stranger connecting to one learns anything usable:

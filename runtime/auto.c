@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* DRT_ALGO_AUTO: which allreduce algorithm for which message size.
  *
  * Per power-of-two size class, the first message times both algorithms (the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The collective seam: per-group backends and the algorithms over them.
  *
  * A backend runs one group's collectives (world, node or rail) on one kind

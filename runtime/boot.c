@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Bootstrap over TCP: every rank tells rank 0 (at MASTER_ADDR:DDPRT_PORT,
  * else MASTER_ADDR:MASTER_PORT)
  * where it listens, rank 0 answers everyone with the whole table (one

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Gradient buckets: the allreduce of a bucket starts on the non-blocking
  * path the moment backward has produced its last gradient, so it travels
  * while backward computes the rest (PyTorch DDP's Reducer, in C).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Checkpoints: named sections for one step, written by a background thread
  * so that training goes on while the disk works, and written so that a crash
  * at any moment leaves the newest complete checkpoint loadable. The file

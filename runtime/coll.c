@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The collectives on host buffers: the front end that stages the caller's
  * data for the algorithms (alignment, 16-bit floats widened to float32)
  * and runs them on the CPU set (cpu.c, algo.c, auto.c). */

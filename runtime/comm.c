@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Communicator life cycle and queries: the top of the library. */
 #include "internal.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The launchers' and the runtime's common ground (contract.h). */
 #include "contract.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What the launchers (the SPANK plugin, ddp-run) and libddprt share, written
  * once: the environment contract's variable names, the job's secret, and
  * the choice of the interface toward MASTER_ADDR. Compiled into ddp_topo.so,

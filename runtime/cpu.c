@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The CPU backend: ring collectives over each group's channels (shared
  * memory within a node, TCP between nodes) on host buffers, and what the
  * algorithms need of host memory: scratch buffers, fences, a clock, and a

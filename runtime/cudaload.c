@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* dlopen of the CUDA runtime and NCCL (cudaload.h says which files, and
  * why the library never links them). Self-contained, so tools and tests can
  * compile it in: it uses nothing of libddprt's internals. */

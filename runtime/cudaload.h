@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The CUDA runtime and NCCL, loaded with dlopen at first use.
  *
  * libddprt never links libcudart or libnccl: a CPU-only process never loads

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * libddprt: the runtime side of ddp-topo.
  *

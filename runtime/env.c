@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The environment contract between the launcher (SPANK plugin, ddp-run,
  * torchrun) and the runtime. */
 #include "internal.h"

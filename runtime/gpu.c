@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* GPU buffers over NCCL: the public drt_gpu_* calls (ddprt.h), the device,
  * the world/node/rail communicators, and the watchdog that keeps a stuck
  * or failed collective from hanging the job.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The GPU path's state, shared by gpu.c (the public drt_gpu_* calls, the
  * communicators, the watchdog) and nccl.c (the NCCL backend of the seam).
  * Only compiled with the CUDA and NCCL headers (cudaload.h). */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* libddprt internals: the communicator, its channels and the helpers the
  * source files share. Not installed; the library exports only ddprt.h's
  * functions (runtime/ddprt.map). */

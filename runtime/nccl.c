@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The NCCL backend of the collective seam (backend.h): the world, node and
  * rail groups' collectives on their NCCL communicators, and the GPU set's
  * memory, fences, timers and lanes. Everything is enqueued on the current

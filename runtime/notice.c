@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Abort notices: a small UDP datagram (signed with the job's secret) sent to every
  * rank's data port when a rank sees a peer die. Without it, a rank whose
  * neighbour gave up would blame that neighbour; with it, every survivor

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Bootstrap through PMIx when the step was started with `srun --mpi=pmix`:
  * each rank puts its endpoint, one fence exchanges them all. Built only
  * with PMIx (configure's HAVE_PMIX); DDPRT_BOOTSTRAP=tcp forces the TCP

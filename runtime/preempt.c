@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Preemption: a flag set by SIGUSR1 or SIGTERM. The handler does nothing
  * else (only async-signal-safe work is allowed there); the ranks agree on
  * it in drt_buckets_finish, which carries every rank's flag in its step

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* One POSIX shared-memory segment per node: a ring for every ordered pair
  * of its ranks, so ranks of one node never talk over loopback TCP. The
  * segment is unlinked as soon as every local rank has mapped it, so nothing

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Helpers every part of the runtime uses: errors, log lines, the clock,
  * where a rank runs, the names of algorithms and types. The bottom of the
  * library: calls nothing of it. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Send to one peer while receiving from another until both are done, over
  * each channel's transport: a node's shared-memory rings or TCP, two tables
  * of operations (xfer_shm, xfer_tcp) that connecting a channel chooses. A

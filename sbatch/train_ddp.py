@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """The classic PyTorch DDP example (a model, a DistributedSampler, the learning
 rate scaled by the world size, rank 0 printing each epoch's loss), started by
 SLURM with ddp-topo instead of torchrun:

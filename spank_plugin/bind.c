@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* slurmstepd, mode auto: the node's binding plan (once per node per step, in
  * user_init) and its application to each task (task_init): GPU, CPU
  * affinity, memory policy, NIC, and the NCCL/Gloo variables. */

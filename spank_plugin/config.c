@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Parsing of the user's --ddp-topo value and the admin's plugstack.conf
  * arguments. Pure string handling, shared by every context. */
 #include "plugin.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ddp_topo.so: SPANK entry points. This file only dispatches: each SPANK
  * context has its own file (local.c for srun/sbatch/salloc, remote.c for
  * slurmstepd), and the real work lives in libddptopo. */

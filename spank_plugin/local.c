@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* srun, sbatch and salloc: report a bad plugstack.conf where a person reads
  * it, before any allocation (the --ddp-topo value itself is validated by
  * the option callback), and give the job its runtime secret. */

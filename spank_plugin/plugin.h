@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Internal interface between the SPANK dispatch file and the per-context
  * files of ddp_topo.so. Not installed; everything here is hidden by the
  * linker version script. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* slurmstepd: compute the launch environment once per node per step
  * (user_init) and apply it to each task (task_init).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Alpha-beta model of one allreduce (Thakur et al. 2005; the rail variant of
  * Horovod and UCC's split_rail). Times in microseconds, bandwidths in GB/s
  * (1e9 bytes/s):

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * libddptopo: SLURM hostlists, task layout and rendezvous ports for ddp-topo.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Reading input files that anyone may have planted: a topology file in a
  * directory users can write, a job script. One open, with O_NONBLOCK so a
  * FIFO cannot block us (slurmstepd waiting on a FIFO blocks the node), then

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* SLURM hostlist expansion and compression.
  *
  * Our own parser rather than libslurm's: the plugin must not link libslurm

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Node model from hwloc: live discovery or an hwloc XML export (v1 or v2;
  * hwloc 2 imports both). */
 #include "ddptopo.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Helpers shared by libddptopo's source files; not part of the public API
  * (the library exports only dt_* symbols). */
 #ifndef DDPTOPO_INTERNAL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Task layout: which node and local rank each global rank gets, computed the
  * way SLURM's step layout does it (src/common/slurm_step_layout.c: block,
  * cyclic and plane), so a dry run agrees with SLURM_PROCID/SLURM_LOCALID. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Node model from an NCCL topology XML (the NCCL_TOPO_FILE format cloud
  * vendors ship), read with libxml2. Elements: <system> of <cpu numaid
  * affinity> holding a tree of <pci busid class vendor> (class 0x0604xx is a

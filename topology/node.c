@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The node model: loading by file type, freeing, and the questions the plan
  * asks of it (how close two devices are, NVLink bandwidth). */
 #include "ddptopo.h"

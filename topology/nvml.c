@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* NVML at run time: Debian's hwloc has no NVML component, so live discovery
  * asks libnvidia-ml itself for GPU names and NVLink. It is dlopen'ed, never
  * linked: a machine without NVIDIA's driver simply gets nothing from here.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The binding plan of one node: GPU, cores, memory node and NIC for each
  * local rank. */
 #include "ddptopo.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* MASTER_PORT and DDPRT_PORT: reserved by SLURM when it can, derived
  * otherwise. */
 #include "ddptopo.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Writing the dry-run report: text for people, JSON for tools (schema in
  * README.md, "ddp-topo-report" version 1), Graphviz dot for pictures. */
 #include "ddptopo.h"

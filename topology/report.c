@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The dry-run report: what every rank of a job will get, before it runs.
  * Nodes that share a topology and a task count share one plan, computed
  * once, so a 10,000-node report costs little more than a one-node one. */

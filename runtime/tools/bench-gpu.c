@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ddp-allreduce-bench --device cuda: device buffers on the rank's GPU.
  * Each call is timed on the device, with CUDA events recorded around it on
  * the stream (so launch overhead counts, for ddprt and --nccl alike), then

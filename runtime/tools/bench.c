@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ddp-allreduce-bench: allreduce bandwidth in the style of nccl-tests'
  * all_reduce_perf. Every iteration's result is checked. Host buffers here;
  * device buffers (--device cuda) in bench-gpu.c. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ddp-allreduce-bench: what bench.c (options, host side, output) and
  * bench-gpu.c (--device cuda) share. */
 #ifndef DDP_BENCH_H

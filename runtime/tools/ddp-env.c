@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ddp-env: print and check this task's ddp-topo environment, one line per
  * task; exits non-zero, naming the variable, when the contract is broken. */
 #include "config.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ddp-run: start N ranks of a program on this machine with the environment
  * the SPANK plugin sets (torchrun's variables, MASTER_ADDR/PORT and a fresh
  * DDPRT_SECRET), optionally as M emulated nodes so the hierarchical path

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Reference for tests/bench/allreduce-perf: Open MPI's MPI_Allreduce (float32
  * sum, out of place) measured the way ddp-allreduce-bench measures ours, so
  * the two columns compare like with like: the same inputs, 3 warm-up calls,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Two emulated nodes for the benchmarks (sourced, not run): network
 # namespaces <tag>A and <tag>B joined by a veth pair <tag>vA-<tag>vB, both
 # ends shaped to 1 Gbit/s with tbf (netem, hence added latency, is not

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The plugin's outside inputs, through spank_plugin/config.c (compiled here
  * without SLURM, as tests/unit/test-config does): line 1 as a --ddp-topo
  * value or DDP_TOPO, and as a --ddp-topo-bind value; all lines as

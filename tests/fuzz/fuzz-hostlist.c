@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Hostlists (SLURM_STEP_NODELIST, --nodelist, #SBATCH -w): expansion must
  * not crash or blow up, a refusal must say why, and compression must round
  * trip: expand(compress(expand(x))) is expand(x), host for host. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* SLURM task layouts: line 1 is a tasks-per-node spec (SLURM_STEP_TASKS_PER_NODE,
  * "3(x2),2"), line 2 a distribution (SLURM_DISTRIBUTION, "plane=4:block").
  * What parses must lay out every rank exactly once, within its node's count. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Port inputs: line 1 the admin's port_range ("61000-65535"), line 2
  * SLURM_STEP_RESV_PORTS ("12000-12003,12010"). A derived MASTER_PORT must
  * stay inside the range it was derived from. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The #SBATCH reader of `ddp-topo report --sbatch FILE`. It is static in
  * topology/cli-report.c, so the seam is cmd_report itself with
  * `report --sbatch FILE --help`: the script is read and every option in it

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Topology files, hwloc XML and NCCL XML, through dt_node_load_file (the
  * root-element sniff and both loaders, as the plugin and `ddp-topo report
  * --topology` use them), then planned as the plugin would plan the node.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Shared by the fuzz targets (tests/fuzz/README.md). Each target defines
  * LLVMFuzzerTestOneInput; libFuzzer provides main() in a clang
  * --enable-fuzz build, replay.c does in every other build. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* main() for the fuzz targets outside a libFuzzer build: run each input file
  * named on the command line once, as `FUZZER FILE...` does. This is how
  * `make check` (GCC, ASan+UBSan, valgrind) replays the committed corpora. */

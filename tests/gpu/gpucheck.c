@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* gpucheck: the one-GPU checks of tests/gpu/run (README.md there), one per
  * subcommand. Each prints what it did and ends with a line "PASS ...",
  * "FAIL ..." or "SKIP ..."; the exit status is 0, 1 or 77 (2: bad usage or

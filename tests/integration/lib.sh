@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Shared by the integration tests: TAP output and a real local SLURM cluster.
 # Source it, call `cluster_up [cluster args]`, then run srun/sbatch for real.
 

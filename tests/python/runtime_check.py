@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Run under ddp-run: ddp_topo.Runtime's collectives on plain Python buffers
 (no numpy), in each dtype, checked against the sum computed here. Prints
 one TAP-ish line per check from rank 0 ("ok ..." / "not ok ..."), and

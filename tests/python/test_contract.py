@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Without a launcher: the package's variable names against runtime/contract.h
 (and ddprt.h), plan() on given environments, and what fails outside a launcher.
 Usage: test_contract.py SRCDIR. Prints "ok ..." / "not ok ..." lines."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Run under ddp-run: DDP training of a small MLP from one seed, once per
 mode: "gloo" (DDP's own allreduce over gloo) and each ddp_topo hook.
 Rank 0 prints "losses MODE l0 l1 ..." (its loss at every step); every rank

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The gradient buckets' contract, on every rank of a ddp-run world
  * (train.test): packing, readiness out of order, unused gradients, storage
  * inside the buckets, mixed dtypes, misuse, and the step's stats. Each rank

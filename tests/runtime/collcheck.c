@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* collcheck: every collective of libddprt against a float64 reference, on
  * every data type and operation, odd counts and misaligned buffers, with
  * each algorithm; and every rank must hold the same bytes. Every rank can

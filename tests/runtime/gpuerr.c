@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* gpuerr: the GPU API's error paths on a machine without a GPU (run by
  * tests/integration/gpu-errors.test; see there for what each must say).
  *

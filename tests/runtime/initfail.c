@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* A failed drt_init must leave the caller's descriptors alone: run with an
  * environment that makes it fail, then report whether stdin is still open
  * (it was closed once: the channel table started zeroed, so fd 0 looked

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Minimal TAP producer for the unit tests (read by automake's tap-driver). */
 #ifndef DDP_TAP_H
 #define DDP_TAP_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The plugin's parsing of --ddp-topo values and plugstack.conf arguments. */
 #include "plugin.h"
 #include "ddptopo.h"

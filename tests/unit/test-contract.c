@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* What the plugin, ddp-run and the runtime share (runtime/contract.c): the
  * interface precedence over interface lists shaped as getifaddrs returns
  * them, then on this machine; the per-rank variables; the secret. */

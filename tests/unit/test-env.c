@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The runtime's reading of the launch environment contract. */
 #include "ddprt.h"
 #include "tap.h"

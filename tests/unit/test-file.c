@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* dt_read_file: whole regular files only, never blocking, never cut. */
 #include "ddptopo.h"
 #include "tap.h"

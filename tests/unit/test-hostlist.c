@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Hostlist expansion and compression against SLURM's own behaviour. */
 #include <stdlib.h>
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* Tasks-per-node parsing, distributions and SLURM's block/cyclic/plane layouts. */
 #include <stdlib.h>
 

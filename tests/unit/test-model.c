@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ddp-train's model, data set, sampler and dump comparison
  * (runtime/tools/train/{model,data,compare}.c, compiled in). */
 #include <math.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* MASTER_PORT and DDPRT_PORT derivation, port ranges and
  * SLURM_STEP_RESV_PORTS. */
 #include "ddptopo.h"

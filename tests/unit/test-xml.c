@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* hwloc's XML plugin points libxml2's generic error handler into itself and
  * leaves it there when hwloc unloads the plugin (at the last topology's
  * destroy); the next libxml2 error anywhere in the process then jumps into

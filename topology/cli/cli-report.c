@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ddp-topo report and ddp-topo detect. */
 #include "cli.h"
 

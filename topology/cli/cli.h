@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* The ddp-topo command's subcommands, shared between its source files. */
 #ifndef DDP_TOPO_CLI_H
 #define DDP_TOPO_CLI_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ddp-topo: command-line front end of libddptopo. */
 #include "config.h"
 #include "cli.h"

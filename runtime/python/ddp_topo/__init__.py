@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """ddp_topo: the task's plan from ddp-topo's environment contract, and
 libddprt's collectives from Python (ctypes; no compiler needed).
 

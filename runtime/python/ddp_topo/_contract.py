@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The environment contract, read in pure Python (no library needed).
 
 The names are runtime/contract.h's DRT_ENV_* values, written again here

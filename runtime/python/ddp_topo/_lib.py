@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """libddprt through ctypes: found by DDPRT_LIBRARY (a path), else the
 installed soname; loaded at the first Runtime, so `import ddp_topo` and
 plan() work without it."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Runtime: one libddprt communicator (drt_init .. drt_finalize)."""
 
 import ctypes

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """PyTorch over ddp-topo: torch.distributed from the launcher's environment,
 and DDP communication hooks that reduce gradients with libddprt.
 

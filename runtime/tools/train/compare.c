@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ddp-train --dump-weights and --compare (tools.h says what each promises).
  * The equivalence tests compare N ranks against one process step by step;
  * a dump is a record per step: u64 step, u64 n, n float32. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ddp-train: random numbers, the synthetic data set and the distributed
  * sampler (data.h says what each promises). */
 #include "data.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ddp-train: random numbers, the synthetic data set and the distributed
  * sampler. Everything here is a pure function of a seed, so that every rank
  * (and every run, and a resumed run) computes the same numbers without

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ddp-train: data-parallel training on libddprt, the C counterpart of the
  * PyTorch DDP tutorial. Every rank holds the whole model; each step it

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ddp-train: the model, forward and backward with softmax cross-entropy, and
  * SGD with momentum (model.h says what each promises).
  *

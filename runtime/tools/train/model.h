@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ddp-train: the model (a linear layer or an MLP), its forward and backward
  * pass with softmax cross-entropy, and torch's SGD with momentum. Plain C on
  * one core: fixed loop order, no threads, so the same inputs give bitwise the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ddp-train's command line. */
 #include "config.h"
 #include "train.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ddp-train --plot: the --metrics JSON lines drawn with gnuplot (tools.h
  * says what it promises). The lines are ddp-train's own, so a tiny tolerant
  * scanner does: it looks for the six keys and their numbers, nothing else. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ddp-train's start and end: the world, the model, the data, the buckets;
  * the final checkpoint and the weights' checksum. */
 #include "train.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ddp-train's checkpoints: what a run needs to continue bit for bit.
  *
  * The ranks' weights and momentum are identical (the same averaged

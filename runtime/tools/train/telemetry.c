@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ddp-train's telemetry: every --log-every steps rank 0 prints one line of
  * averages over those steps, and names the straggler: the rank that was
  * last to its buckets in most of the steps, when it lagged by at least

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ddp-train's side tools: dumping and comparing weights (compare.c) and
  * plotting the metrics (plot.c). */
 #ifndef DDP_TRAIN_TOOLS_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* ddp-train's parts: options.c (the command line), setup.c (the world,
  * the model, the buckets; the end), state.c (checkpoints, resume,
  * preemption), telemetry.c (the step line and --metrics). The model and
