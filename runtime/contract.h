@@ -43,8 +43,11 @@
 #define DRT_ENV_IFNAME "DDPRT_SOCKET_IFNAME"
 #define DRT_ENV_GLOO_IFNAME "GLOO_SOCKET_IFNAME"
 #define DRT_ENV_NCCL_IFNAME "NCCL_SOCKET_IFNAME"
+/* NCCL's RAS listener, one per step (the plugin; NCCL 2.24+) */
+#define DRT_ENV_NCCL_RAS_ADDR "NCCL_RAS_ADDR"
 /* the plugin's binding under --ddp-topo=auto */
-#define DRT_ENV_GPU "DDP_TOPO_GPU"
+#define DRT_ENV_GPU "DDP_TOPO_GPU"       /* the rank's GPU as the node numbers it */
+#define DRT_ENV_DEVICE "DDP_TOPO_DEVICE" /* its CUDA ordinal in CUDA_VISIBLE_DEVICES */
 #define DRT_ENV_CPUS "DDP_TOPO_CPUS"
 #define DRT_ENV_NIC "DDP_TOPO_NIC"
 

@@ -132,6 +132,7 @@ drt_algo_t gpu_last_algo(const drt_comm_t *c)
 }
 #else
 #include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <sched.h>
 #include <time.h>
@@ -395,6 +396,19 @@ static void *watchdog(void *arg)
 
 /* ---- the device ---- */
 
+/* DDP_TOPO_DEVICE: the plugin's CUDA ordinal for the rank, already in the
+ * numbering the task sees (a task/cgroup node renumbers GPUs from 0) */
+static int plugin_device(const char *dev, drt_error_t *err)
+{
+    char *end;
+    long v = strtol(dev, &end, 10);
+
+    if (*end || end == dev || v < 0 || v > INT_MAX)
+        return drt_fail(err, "ddprt: DDP_TOPO_DEVICE=%s is not a CUDA device ordinal (unset "
+                        "it, or pass a device to drt_gpu_attach)", dev);
+    return (int)v;
+}
+
 /* DDP_TOPO_GPU is a node GPU index: its place in CUDA_VISIBLE_DEVICES */
 static int topo_device(const char *topo, drt_error_t *err)
 {
@@ -422,8 +436,12 @@ static int pick_device(drt_comm_t *c, int device, drt_error_t *err)
 {
     const char *topo = getenv("DDP_TOPO_GPU");
 
+    const char *dev = getenv(DRT_ENV_DEVICE);
+
     if (device >= 0)
         return device;
+    if (dev && *dev)
+        return plugin_device(dev, err);
     return topo && *topo ? topo_device(topo, err) : (int)c->env.local_rank;
 }
 
@@ -434,7 +452,11 @@ static int pick_device(drt_comm_t *c, int device, drt_error_t *err)
 static int local_setup(struct gpu *g, int device, int *prev, drt_error_t *err)
 {
     const char *topo = getenv("DDP_TOPO_GPU");
-    const char *from = device >= 0 ? "asked for" : topo && *topo ? "DDP_TOPO_GPU" : "LOCAL_RANK";
+    const char *dev = getenv(DRT_ENV_DEVICE);
+    const char *from = device >= 0      ? "asked for"
+                       : dev && *dev    ? DRT_ENV_DEVICE
+                       : topo && *topo ? "DDP_TOPO_GPU"
+                                        : "LOCAL_RANK";
     const cuda_api_t *a;
     cudaError_t rc;
     int count = 0;

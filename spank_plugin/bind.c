@@ -27,36 +27,19 @@ typedef struct {
     dt_node_t node;
     dt_node_plan_t plan;
     char ifname[IF_NAMESIZE]; /* reaches MASTER_ADDR */
+    int step_gpus[DDP_GPUS_MAX]; /* SLURM_STEP_GPUS: node indexes */
+    unsigned nstep;
+    bool have_step;             /* SLURM allocated GPUs (GRES) */
+    ddp_gpu_numbering_t numbering;
+    char numbering_why[200];
+    char gpu_skip[512];         /* why SLURM's GPUs are left as SLURM set them */
+    /* this task's (slurmstepd forks one process per task) */
+    const dt_rank_plan_t *task_rank;
+    bool task_slurm_bound;
+    int task_gpu;               /* SLURM's choice, -1 unknown */
 } bind_state_t;
 
 static bind_state_t state;
-
-/* "0,1,4-5" (SLURM_STEP_GPUS) into indexes. */
-static int parse_index_list(const char *s, int *out, unsigned max, unsigned *n)
-{
-    *n = 0;
-    while (*s) {
-        char *end;
-        long lo = strtol(s, &end, 10), hi = lo;
-        if (end == s || lo < 0)
-            return -1;
-        if (*end == '-') {
-            const char *h = end + 1;
-            hi = strtol(h, &end, 10);
-            if (end == h || hi < lo)
-                return -1;
-        }
-        for (long v = lo; v <= hi; v++) {
-            if (*n == max)
-                return -1;
-            out[(*n)++] = (int)v;
-        }
-        if (*end && *end != ',')
-            return -1;
-        s = *end ? end + 1 : end;
-    }
-    return 0;
-}
 
 /* SLURM's allocated cores ("0-3,8") as the PUs of those cores. Core ids
  * past the topology's are dropped: a warning, not an error, unless none is
@@ -69,7 +52,7 @@ static int allocated_cpus(spank_t sp, hwloc_bitmap_t cpus, char *err, size_t err
 
     if (spank_get_item(sp, S_STEP_ALLOC_CORES, &cores) != ESPANK_SUCCESS || !cores)
         return 1; /* unknown: the whole node */
-    if (parse_index_list(cores, list, 4096, &n) < 0) {
+    if (ddp_index_list_parse(cores, list, 4096, &n) < 0) {
         snprintf(err, errlen, "cannot parse SLURM's allocated cores '%.100s'", cores);
         return -1;
     }
@@ -87,9 +70,20 @@ static int allocated_cpus(spank_t sp, hwloc_bitmap_t cpus, char *err, size_t err
     return 0;
 }
 
-static int allocated_gpus(spank_t sp, int *gpus, unsigned *n, char *err, size_t errlen)
+/* A job variable's value in buf, NULL when unset. One too long for buf is
+ * no interface name: it stays named, so no interface of ours replaces it. */
+static const char *job_value(spank_t sp, const char *name, char *buf, size_t len)
 {
-    char buf[4096];
+    spank_err_t rc = spank_getenv(sp, name, buf, (int)len);
+
+    if (rc == ESPANK_NOSPACE)
+        return "(too long)";
+    return rc == ESPANK_SUCCESS ? buf : NULL;
+}
+
+static int allocated_gpus(spank_t sp, char *err, size_t errlen)
+{
+    char buf[8192];
     spank_err_t rc = spank_getenv(sp, "SLURM_STEP_GPUS", buf, sizeof(buf));
 
     if (rc == ESPANK_ENV_NOEXIST)
@@ -101,11 +95,27 @@ static int allocated_gpus(spank_t sp, int *gpus, unsigned *n, char *err, size_t 
     }
     if (rc != ESPANK_SUCCESS)
         return 1; /* no GPU GRES: every GPU of the node */
-    if (parse_index_list(buf, gpus, 256, n) < 0) {
+    if (ddp_index_list_parse(buf, state.step_gpus, DDP_GPUS_MAX, &state.nstep) < 0) {
         snprintf(err, errlen, "cannot parse SLURM's allocated GPUs '%.100s'", buf);
         return -1;
     }
+    state.have_step = true;
     return 0;
+}
+
+/* How the step's tasks number GPUs, from the CUDA_VISIBLE_DEVICES SLURM put
+ * in the step's environment. GPUs SLURM names otherwise (MIG instances,
+ * UUIDs) are not the topology's: they stay as SLURM set them. */
+static void find_numbering(spank_t sp)
+{
+    char cvd[8192];
+    const char *v = job_value(sp, "CUDA_VISIBLE_DEVICES", cvd, sizeof(cvd));
+
+    if (ddp_gpus_numbering(state.step_gpus, state.nstep, v, &state.numbering,
+                           state.numbering_why, sizeof(state.numbering_why)) < 0)
+        snprintf(state.gpu_skip, sizeof(state.gpu_skip), "GPU binding skipped: %s, which the "
+                 "topology does not know (CUDA_VISIBLE_DEVICES stays as SLURM set it; CPU, "
+                 "memory and NIC binding still apply)", state.numbering_why);
 }
 
 /* Why `st` may not be part of a topology path, or NULL: only root may be
@@ -187,17 +197,6 @@ static int load_topology(const char *pattern, const char *node_name, char *err, 
     return 0;
 }
 
-/* A job variable's value in buf, NULL when unset. One too long for buf is
- * no interface name: it stays named, so no interface of ours replaces it. */
-static const char *job_value(spank_t sp, const char *name, char *buf, size_t len)
-{
-    spank_err_t rc = spank_getenv(sp, name, buf, (int)len);
-
-    if (rc == ESPANK_NOSPACE)
-        return "(too long)";
-    return rc == ESPANK_SUCCESS ? buf : NULL;
-}
-
 /* The interface toward MASTER_ADDR by the runtime's own rule
  * (runtime/contract.h), so NCCL and Gloo take the network the runtime's data
  * connections take. Only a named or routing interface is exported: where
@@ -219,8 +218,6 @@ static void find_ifname(spank_t sp, const char *master, unsigned nnodes)
 
 int ddp_bind_user_init(spank_t sp, const ddp_bind_request_t *req, char *err, size_t errlen)
 {
-    int gpus[256];
-    unsigned ngpus = 0;
     hwloc_bitmap_t cpus = hwloc_bitmap_alloc();
     dt_plan_request_t preq = {.nranks = req->local_count, .share_gpus = req->share};
     dt_error_t derr;
@@ -231,11 +228,12 @@ int ddp_bind_user_init(spank_t sp, const ddp_bind_request_t *req, char *err, siz
     find_ifname(sp, req->master_addr, req->nnodes);
     if (!cpus || load_topology(req->topology, req->node_name, err, errlen) < 0)
         goto fail;
-    if ((rc = allocated_gpus(sp, gpus, &ngpus, err, errlen)) < 0)
+    if ((rc = allocated_gpus(sp, err, errlen)) < 0)
         goto fail;
     if (rc == 0) {
-        preq.gpus = gpus;
-        preq.ngpus = ngpus;
+        find_numbering(sp);
+        preq.gpus = state.step_gpus;
+        preq.ngpus = state.gpu_skip[0] ? 0 : state.nstep;
     }
     if ((rc = allocated_cpus(sp, cpus, err, errlen)) < 0)
         goto fail;
@@ -253,6 +251,75 @@ fail:
     return -1;
 }
 
+/* k of SLURM's per-task GPU binding: slurmstepd's SLURMD_TRES_BIND is the
+ * step's binding, "gpu:[verbose,]per_task:k" for --gpus-per-task (srun adds
+ * it when no other binding is asked, SLURM 22.05 launch.c); -1 for any other
+ * binding (single, closest, map_gpu, mask_gpu), whose GPUs follow from CPU
+ * masks or lists the plugin does not repeat. */
+static long per_task_binding(spank_t sp)
+{
+    char buf[256], *end;
+    const char *v = job_value(sp, "SLURMD_TRES_BIND", buf, sizeof(buf)), *p;
+    long k;
+
+    if (!v || !(p = strstr(v, "gpu:")))
+        return -1;
+    p += 4;
+    if (!strncmp(p, "verbose,", 8))
+        p += 8;
+    if (strncmp(p, "per_task:", 9))
+        return -1;
+    p += 9;
+    k = strtol(p, &end, 10);
+    return end == p || (*end && *end != ',' && *end != ';') ? -1 : k;
+}
+
+/* The GPU SLURM chose for a task it bound to part of the step's GPUs
+ * (--gpus-per-task, --gpu-bind): 0 and *gpu, a node index or -1 when SLURM's
+ * numbering hides which; 1 when SLURM left the choice to the plan. Under
+ * ConstrainDevices such a task can reach only that GPU, so it is kept. */
+static int slurm_task_gpu(spank_t sp, int local, int *gpu)
+{
+    char cvd[8192];
+    int bound[DDP_GPUS_MAX];
+    unsigned nb;
+    int rc;
+
+    *gpu = -1;
+    if (!state.have_step || state.gpu_skip[0])
+        return 1;
+    rc = ddp_gpus_task_bound(state.step_gpus, state.nstep, state.numbering,
+                             job_value(sp, "CUDA_VISIBLE_DEVICES", cvd, sizeof(cvd)),
+                             per_task_binding(sp), local, bound, &nb);
+    if (rc == 0)
+        *gpu = bound[0];
+    return rc < 0 ? 0 : rc;
+}
+
+/* The plan's rank that has node GPU gpu, the local rank's own first. */
+static const dt_rank_plan_t *rank_with_gpu(int local, int gpu)
+{
+    const dt_rank_plan_t *own = &state.plan.ranks[local];
+
+    if (gpu < 0 || (own->gpu >= 0 && state.node.gpus[own->gpu].index == gpu))
+        return own;
+    for (unsigned r = 0; r < state.plan.nranks; r++) {
+        const dt_rank_plan_t *rp = &state.plan.ranks[r];
+        if (rp->gpu >= 0 && state.node.gpus[rp->gpu].index == gpu)
+            return rp;
+    }
+    return own;
+}
+
+/* A task SLURM bound: its CUDA_VISIBLE_DEVICES stays, its first GPU is
+ * device 0. */
+static int bind_slurm_gpu(spank_t sp, int gpu)
+{
+    return ddp_setenvf(sp, "CUDA_DEVICE_ORDER", 1, "PCI_BUS_ID") |
+           ddp_setenvf(sp, DRT_ENV_DEVICE, 1, "0") |
+           (gpu >= 0 ? ddp_setenvf(sp, DRT_ENV_GPU, 1, "%d", gpu) : 0);
+}
+
 static int bind_gpu(spank_t sp, const dt_rank_plan_t *rp)
 {
     /* sized for the list: up to 11 characters per index and a comma */
@@ -264,11 +331,16 @@ static int bind_gpu(spank_t sp, const dt_rank_plan_t *rp)
         free(list);
         return rp->gpu < 0 ? 0 : -1;
     }
-    for (unsigned i = 0; i < state.plan.nvisible; i++)
-        o += (size_t)sprintf(list + o, "%s%d", i ? "," : "", state.plan.visible[i]);
+    for (unsigned i = 0; i < state.plan.nvisible; i++) {
+        int g = state.plan.visible[i];
+        if (state.have_step)
+            g = ddp_gpus_task_index(state.step_gpus, state.nstep, state.numbering, g);
+        o += (size_t)sprintf(list + o, "%s%d", i ? "," : "", g);
+    }
     /* our indexes are PCI bus order, as NVML and SLURM's gres count */
     rc = ddp_setenvf(sp, "CUDA_DEVICE_ORDER", 1, "PCI_BUS_ID") |
          ddp_setenvf(sp, "CUDA_VISIBLE_DEVICES", 1, "%s", list) |
+         ddp_setenvf(sp, DRT_ENV_DEVICE, 1, "%d", rp->device) |
          ddp_setenvf(sp, DRT_ENV_GPU, 1, "%d", state.node.gpus[rp->gpu].index);
     free(list);
     return rc;
@@ -347,13 +419,16 @@ int ddp_bind_task_init(spank_t sp, int local, char *err, size_t errlen)
 {
     const dt_rank_plan_t *rp;
     char *cpus;
-    int rc;
+    int rc, gpu, slurm_chose;
 
     if (!state.ready || local < 0 || (unsigned)local >= state.plan.nranks) {
         snprintf(err, errlen, "no binding plan for local rank %d", local);
         return -1;
     }
-    rp = &state.plan.ranks[local];
+    slurm_chose = slurm_task_gpu(sp, local, &gpu) == 0;
+    state.task_rank = rp = rank_with_gpu(local, gpu);
+    state.task_slurm_bound = slurm_chose;
+    state.task_gpu = gpu;
     cpus = cpu_list(rp->cpus);
     rc = cpus ? ddp_setenvf(sp, DRT_ENV_CPUS, 1, "%s", cpus) : -1;
     free(cpus);
@@ -367,7 +442,8 @@ int ddp_bind_task_init(spank_t sp, int local, char *err, size_t errlen)
         snprintf(err, errlen, "cannot set the binding variables in the task");
         return -1;
     }
-    if ((state.bind & DT_BIND_GPU) && bind_gpu(sp, rp) < 0) {
+    if ((state.bind & DT_BIND_GPU) && !state.gpu_skip[0] &&
+        (slurm_chose ? bind_slurm_gpu(sp, gpu) : bind_gpu(sp, rp)) < 0) {
         snprintf(err, errlen, "cannot set CUDA_VISIBLE_DEVICES in the task");
         return -1;
     }
@@ -383,22 +459,41 @@ int ddp_bind_task_init(spank_t sp, int local, char *err, size_t errlen)
 void ddp_bind_describe(int local, char *buf, size_t len)
 {
     const dt_rank_plan_t *rp;
-    char *cpus, bind[32];
+    char *cpus, bind[32], gpu[16];
 
     if (!state.ready || local < 0 || (unsigned)local >= state.plan.nranks) {
         snprintf(buf, len, "binding=none");
         return;
     }
-    rp = &state.plan.ranks[local];
+    rp = state.task_rank ? state.task_rank : &state.plan.ranks[local];
     cpus = cpu_list(rp->cpus);
-    snprintf(buf, len, "GPU=%d CPUS=%s NUMA=%d NIC=%s bind=%s",
-             rp->gpu >= 0 ? state.node.gpus[rp->gpu].index : -1, cpus ? cpus : "?",
+    snprintf(gpu, sizeof(gpu), "%d", rp->gpu >= 0 ? state.node.gpus[rp->gpu].index : -1);
+    snprintf(buf, len, "GPU=%s%s CPUS=%s NUMA=%d NIC=%s bind=%s",
+             state.task_slurm_bound && state.task_gpu < 0 ? "?" : gpu,
+             state.task_slurm_bound ? "(SLURM's)" : "", cpus ? cpus : "?",
              rp->numa >= 0 ? (int)state.node.numa[rp->numa].os_index : -1,
              rp->nic >= 0 ? (state.node.nics[rp->nic].name[0] ? state.node.nics[rp->nic].name
                                                                : state.node.nics[rp->nic].busid)
                           : "-",
              dt_bind_name(state.bind, bind, sizeof(bind)));
     free(cpus);
+}
+
+const char *ddp_bind_gpu_note(char *buf, size_t len)
+{
+    if (!state.ready || !state.have_step)
+        return NULL;
+    if (state.gpu_skip[0])
+        snprintf(buf, len, "%s", state.gpu_skip);
+    else
+        snprintf(buf, len, "gpu numbering: %s (%s)",
+                 state.numbering == DDP_GPUS_LOCAL ? "local" : "global", state.numbering_why);
+    return buf;
+}
+
+const char *ddp_bind_gpu_skipped(void)
+{
+    return state.ready && state.gpu_skip[0] ? state.gpu_skip : NULL;
 }
 
 unsigned ddp_bind_warnings(const char ***warnings)

@@ -8,10 +8,10 @@
 
 #include "ddptopo.h"
 
-#define VALID_VALUES "a mode (auto, env, off) and flags (verbose, share), comma-separated, " \
+#define VALID_VALUES "a mode (auto, env, off) and flags (verbose, share, check), comma-separated, " \
                      "e.g. --ddp-topo=auto,verbose"
 #define VALID_ARGS "default=off|env|auto, port_range=LO-HI, topology=live|PATTERN, " \
-                   "bind=none|gpu,cpu,mem,nic"
+                   "bind=none|gpu,cpu,mem,nic, check=PATH"
 
 static const char *const mode_names[] = {
     [DDP_MODE_OFF] = "off", [DDP_MODE_ENV] = "env", [DDP_MODE_AUTO] = "auto"};
@@ -49,6 +49,8 @@ int ddp_request_parse(const char *value, ddp_request_t *req, char *err, size_t e
             r.verbose = true;
         } else if (len == 5 && !strncmp(s, "share", 5)) {
             r.share = true;
+        } else if (len == 5 && !strncmp(s, "check", 5)) {
+            r.check = true;
         } else if (!have_mode && mode_lookup(s, len, &m) == 0) {
             r.mode = m;
             have_mode = true;
@@ -102,6 +104,16 @@ static int config_arg(const char *arg, ddp_config_t *cfg, char *err, size_t errl
         memcpy(cfg->topology, v, strlen(v) + 1);
         return 0;
     }
+    if (!strncmp(arg, "check=", 6)) {
+        const char *v = arg + 6;
+        if (v[0] != '/' || strlen(v) >= sizeof(cfg->checker)) {
+            snprintf(err, errlen, "plugstack.conf argument '%.80s': expected the absolute path "
+                     "of ddp-check, shorter than %zu characters", arg, sizeof(cfg->checker));
+            return -1;
+        }
+        memcpy(cfg->checker, v, strlen(v) + 1);
+        return 0;
+    }
     if (!strncmp(arg, "bind=", 5)) {
         if (dt_bind_parse(arg + 5, &cfg->bind, &derr) == 0)
             return 0;
@@ -121,6 +133,7 @@ int ddp_config_parse(int ac, char **av, ddp_config_t *cfg, char *err, size_t err
                       .port_lo = DT_PORT_RANGE_DEFAULT_LO,
                       .port_hi = DT_PORT_RANGE_DEFAULT_HI,
                       .topology = "live",
+                      .checker = DDP_CHECK_PATH,
                       .bind = DT_BIND_GPU | DT_BIND_CPU};
     int rc = 0;
 

@@ -66,11 +66,12 @@ static struct spank_option bind_option = {
 
 static struct spank_option ddp_option = {
     .name = "ddp-topo",
-    .arginfo = "MODE[,verbose]",
+    .arginfo = "MODE[,verbose][,share][,check]",
     .usage = "Set up distributed training in each task: torchrun-compatible ranks, "
              "MASTER_ADDR/MASTER_PORT, OMP_NUM_THREADS; auto also binds GPU, CPUs and NIC. "
              "MODE: auto (default), env, off; flags: verbose (print each rank's settings), "
-             "share (allow more ranks than GPUs).",
+             "share (allow more ranks than GPUs), check (run ddp-topo check in every task "
+             "before the program).",
     .has_arg = 2,
     .val = 0,
     .cb = option_cb,

@@ -20,7 +20,13 @@ typedef struct {
     ddp_mode_t mode;
     bool verbose;
     bool share;            /* more ranks than GPUs is allowed */
+    bool check;            /* run ddp-check in each task before the program */
 } ddp_request_t;
+
+/* the installed checker (Makefile.am: $(bindir)/ddp-check) */
+#ifndef DDP_CHECK_PATH
+#define DDP_CHECK_PATH "/usr/bin/ddp-check"
+#endif
 
 /* The admin's plugstack.conf arguments. */
 typedef struct {
@@ -28,6 +34,7 @@ typedef struct {
     uint16_t port_lo, port_hi;
     char topology[512];    /* "live" or a path pattern with %n / %h */
     unsigned bind;         /* DT_BIND_* when the user does not choose */
+    char checker[512];     /* check=PATH: ddp-check for --ddp-topo=...,check */
 } ddp_config_t;
 
 /* What bind.c needs to plan a node. */
@@ -70,10 +77,39 @@ int ddp_remote_task_init(spank_t sp);
 int ddp_setenvf(spank_t sp, const char *name, int overwrite, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* check.c: --ddp-topo=...,check in task_init: run the checker with the
+ * task's environment, bounded; -1 with err saying why the task must fail */
+int ddp_check_task(spank_t sp, const char *checker, char *err, size_t errlen);
+
 /* bind.c: mode auto in slurmstepd */
 int ddp_bind_user_init(spank_t sp, const ddp_bind_request_t *req, char *err, size_t errlen);
 int ddp_bind_task_init(spank_t sp, int local, char *err, size_t errlen);
 void ddp_bind_describe(int local, char *buf, size_t len);
 unsigned ddp_bind_warnings(const char ***warnings);
+/* the node's GPU numbering and why (verbose), NULL without SLURM's GPUs */
+const char *ddp_bind_gpu_note(char *buf, size_t len);
+/* why GPU binding was skipped on this node, NULL when it was not */
+const char *ddp_bind_gpu_skipped(void);
+
+/* gpus.c: SLURM's GPU numberings, pure (unit-tested without SLURM) */
+#define DDP_GPUS_MAX 1024          /* GPUs per node, as the topology's cap */
+#define DDP_GPU_INDEX_MAX 1048575
+typedef enum { DDP_GPUS_GLOBAL, DDP_GPUS_LOCAL } ddp_gpu_numbering_t;
+/* "0,1,4-5" into indexes; -1 on anything else or more than max */
+int ddp_index_list_parse(const char *s, int *out, unsigned max, unsigned *n);
+/* The numbering of the step's tasks, from SLURM's step-level
+ * CUDA_VISIBLE_DEVICES against SLURM_STEP_GPUS (step, n); why says how it
+ * was told. -1 when cvd lists no indexes (MIG, UUIDs) or fits neither. */
+int ddp_gpus_numbering(const int *step, unsigned n, const char *cvd, ddp_gpu_numbering_t *num,
+                       char *why, size_t whylen);
+/* Node GPU g as the task numbers it, -1 when g is not the step's. */
+int ddp_gpus_task_index(const int *step, unsigned n, ddp_gpu_numbering_t num, int g);
+/* 0 and the node GPUs (out, at most DDP_GPUS_MAX) when SLURM bound the task
+ * to part of the step's GPUs, from its task-level CUDA_VISIBLE_DEVICES;
+ * 1 when it did not; -1 when bound but which GPUs cannot be told. per_task:
+ * k of SLURMD_TRES_BIND's gpu:per_task:k, -1 for none or another binding;
+ * local_id: the task's local id. */
+int ddp_gpus_task_bound(const int *step, unsigned n, ddp_gpu_numbering_t num, const char *task_cvd,
+                        long per_task, int local_id, int *out, unsigned *nout);
 
 #endif

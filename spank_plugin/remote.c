@@ -38,6 +38,7 @@ typedef struct {
     char node_name[256];
     uint16_t master_port;
     uint16_t runtime_port; /* DDPRT_PORT; 0 when port_range has no room for it */
+    uint16_t ras_port;     /* NCCL_RAS_ADDR's; 0 when port_range has no room for it */
     bool port_busy; /* the derived port is already bound on this node */
     bool runtime_busy; /* the same for DDPRT_PORT */
 } step_t;
@@ -263,17 +264,18 @@ static bool port_in_use(uint16_t port)
     return busy;
 }
 
-/* MASTER_PORT the first reserved port, DDPRT_PORT the second; each derived
- * from port_range when SLURM reserved none (or just one, for DDPRT_PORT). */
+/* MASTER_PORT the first reserved port, DDPRT_PORT the second, NCCL's RAS
+ * port the third; each derived from port_range when SLURM reserved too few. */
 static void find_ports(spank_t sp)
 {
     spank_err_t rc;
     char *resv = getenv_or_fail(sp, "SLURM_STEP_RESV_PORTS", &rc);
     dt_error_t err;
-    int second = 1;
+    int second = 1, third = 1;
 
     if (resv && (dt_resv_ports_first(resv, &step.master_port, &err) < 0 ||
-                 (second = dt_resv_ports_nth(resv, 1, &step.runtime_port, &err)) < 0))
+                 (second = dt_resv_ports_nth(resv, 1, &step.runtime_port, &err)) < 0 ||
+                 (third = dt_resv_ports_nth(resv, 2, &step.ras_port, &err)) < 0))
         step_fail("SLURM_STEP_RESV_PORTS: %s (report this to your admin)", err.text);
     free(resv);
     if (step.error[0])
@@ -284,6 +286,9 @@ static void find_ports(spank_t sp)
     if (second)
         step.runtime_port = dt_runtime_port(step.job_id, step.step_id, step.restart,
                                             config.port_lo, config.port_hi);
+    if (third)
+        step.ras_port = dt_ras_port(step.job_id, step.step_id, step.restart, config.port_lo,
+                                    config.port_hi);
     if (step.node_id != 0)
         return;
     if (!resv && !task_has(sp, DRT_ENV_MASTER_PORT))
@@ -399,12 +404,16 @@ static int set_task_env(spank_t sp, uint32_t rank, int local)
 
     /* torchrun's run id is the rendezvous id, "the job id" in its docs */
     snprintf(run_id, sizeof(run_id), "%u", step.job_id);
-    /* a user's MASTER_ADDR, MASTER_PORT, DDPRT_PORT, OMP_NUM_THREADS or
-     * elastic variable is kept */
+    /* a user's MASTER_ADDR, MASTER_PORT, DDPRT_PORT, NCCL_RAS_ADDR,
+     * OMP_NUM_THREADS or elastic variable is kept */
     rc = contract_rank_env(&r, set_one, sp) | contract_elastic_env(run_id, get_task, set_task, &t) |
          ddp_setenvf(sp, DRT_ENV_MASTER_ADDR, 0, "%s", step.master_addr) |
          ddp_setenvf(sp, DRT_ENV_MASTER_PORT, 0, "%u", step.master_port) |
          (step.runtime_port ? ddp_setenvf(sp, DRT_ENV_PORT, 0, "%u", step.runtime_port) : 0) |
+         /* NCCL's RAS listens on one fixed port by default: steps sharing a
+          * node would meet there (RAS is NCCL 2.24+; older NCCL ignores it) */
+         (step.ras_port ? ddp_setenvf(sp, DRT_ENV_NCCL_RAS_ADDR, 0, "localhost:%u", step.ras_port)
+                        : 0) |
          ddp_setenvf(sp, DRT_ENV_OMP_THREADS, 0, "%u", step.cpus_per_task ? step.cpus_per_task : 1);
     free(t.last);
     return rc;
@@ -420,7 +429,7 @@ static char *effective(spank_t sp, const char *name)
 
 static void print_task(spank_t sp, uint32_t rank, int local)
 {
-    char host[256], binding[512] = "";
+    char host[256], binding[512] = "", note[512];
     char *addr = effective(sp, DRT_ENV_MASTER_ADDR), *port = effective(sp, DRT_ENV_MASTER_PORT),
          *rport = effective(sp, DRT_ENV_PORT), *omp = effective(sp, DRT_ENV_OMP_THREADS);
     const char **warnings;
@@ -445,6 +454,9 @@ static void print_task(spank_t sp, uint32_t rank, int local)
     free(omp);
     for (unsigned i = 0; local == 0 && i < nwarnings; i++)
         fprintf(stderr, "ddp-topo: warning: %s: %s\n", host, warnings[i]);
+    if (local == 0 && step.req.mode == DDP_MODE_AUTO && !ddp_bind_gpu_skipped() &&
+        ddp_bind_gpu_note(note, sizeof(note)))
+        fprintf(stderr, "ddp-topo: %s: %s\n", host, note);
 }
 
 /* Rank 0's terminal hears of a port it will not get, and of a runtime
@@ -464,6 +476,17 @@ static void warn_ports(spank_t sp)
                 "so DDPRT_PORT is not set and libddprt shares MASTER_PORT with torch's "
                 "TCPStore (ask your admin for a port_range of 2 ports or more, or use srun "
                 "--resv-ports=2)\n", config.port_lo, config.port_hi);
+}
+
+/* --ddp-topo=...,check: last, with the environment the program gets */
+static int run_check(spank_t sp, uint32_t rank)
+{
+    char err[DDP_ERRLEN];
+
+    if (ddp_check_task(sp, config.checker, err, sizeof(err)) == 0)
+        return 0;
+    slurm_error("ddp-topo: rank %u on %s: %s", rank, step.node_name, err);
+    return -1;
 }
 
 int ddp_remote_task_init(spank_t sp)
@@ -494,7 +517,10 @@ int ddp_remote_task_init(spank_t sp)
         return -1;
     if (rank == 0)
         warn_ports(sp);
+    /* a binding left undone is said even without verbose, once per node */
+    if (local == 0 && step.req.mode == DDP_MODE_AUTO && ddp_bind_gpu_skipped())
+        fprintf(stderr, "ddp-topo: warning: %s: %s\n", step.node_name, ddp_bind_gpu_skipped());
     if (step.req.verbose)
         print_task(sp, rank, local);
-    return 0;
+    return step.req.check ? run_check(sp, rank) : 0;
 }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* MASTER_PORT and DDPRT_PORT: reserved by SLURM when it can, derived
- * otherwise. */
+/* MASTER_PORT, DDPRT_PORT and NCCL's RAS port: reserved by SLURM when it
+ * can, derived otherwise. */
 #include "ddptopo.h"
 #include "internal.h"
 
@@ -78,6 +78,19 @@ uint16_t dt_runtime_port(uint32_t job_id, uint32_t step_id, uint32_t restart_cou
         return 0; /* one port: MASTER_PORT has it */
     return (uint16_t)(lo + (job_base(job_id, restart_count, span) + span - 1 - step_id % span) %
                                span);
+}
+
+/* Half a span from MASTER_PORT, counting up: a step's NCCL RAS port is no
+ * MASTER_PORT or DDPRT_PORT of its job (of the same restart) while the job
+ * has run fewer than (HI-LO+1)/4 steps. */
+uint16_t dt_ras_port(uint32_t job_id, uint32_t step_id, uint32_t restart_count, uint16_t lo,
+                     uint16_t hi)
+{
+    uint64_t span = (uint64_t)hi - lo + 1;
+
+    if (span < 3)
+        return 0; /* MASTER_PORT and DDPRT_PORT have it */
+    return (uint16_t)(lo + (job_base(job_id, restart_count, span) + span / 2 + step_id) % span);
 }
 
 int dt_resv_ports_nth(const char *spec, unsigned n, uint16_t *port, dt_error_t *err)

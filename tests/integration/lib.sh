@@ -94,6 +94,19 @@ plugstack() {
     echo "$*" > "$CLUSTER_DIR/etc/plugstack.conf"
 }
 
+# SLURM 22.05's progress lines (info level: -Q silences them). srun and
+# salloc print them on stderr only when a job or step has to wait, e.g. for
+# the CPUs of a job still completing on a loaded machine, so a comparison of
+# output holding them fails at random. Exactly these; errors and warnings stay.
+SLURM_PROGRESS='^(srun|salloc): (job [0-9]+ queued and waiting for resources|job [0-9]+ has been allocated resources|Job [0-9]+ step creation (temporarily|still) disabled, retrying \(.*\)|Step created for (job [0-9]+|StepId=[0-9.]+)|Pending job allocation [0-9]+|Granted job allocation [0-9]+|Waiting for resource configuration|Nodes [^ ]+ are ready for job|Relinquishing job allocation [0-9]+)$'
+
+# drop_progress COMMAND...: run it with SLURM's progress lines taken out of
+# its stderr; its exit status. A pipeline, not >(...): it returns only once
+# the filter has written everything, also when run in the background.
+drop_progress() {
+    { "$@" 2>&1 >&3 3>&- | sed -E "/$SLURM_PROGRESS/d" >&2 3>&-; return "${PIPESTATUS[0]}"; } 3>&1
+}
+
 # Submit a batch job and wait for it; 0 when it COMPLETED.
 run_batch() {
     local id

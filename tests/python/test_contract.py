@@ -51,13 +51,13 @@ def raises(env, exc):
 
 def plans():
     p = ddp_topo.plan(LAUNCHED)
-    check(p == ddp_topo.Plan(3, 4, 1, 2, 1, 2, "n1", 29500, None, None, None, None),
+    check(p == ddp_topo.Plan(3, 4, 1, 2, 1, 2, "n1", 29500, None, None, None, None, None),
           "plan(): ranks, sizes, master; no runtime port or binding", p)
-    full = dict(LAUNCHED, DDPRT_PORT="29501", DDP_TOPO_GPU="2", DDP_TOPO_CPUS="0-11",
-                DDP_TOPO_NIC="mlx5_0")
+    full = dict(LAUNCHED, DDPRT_PORT="29501", DDP_TOPO_GPU="2", DDP_TOPO_DEVICE="0",
+                DDP_TOPO_CPUS="0-11", DDP_TOPO_NIC="mlx5_0")
     p = ddp_topo.plan(full)
-    check((p.runtime_port, p.gpu, p.cpus, p.nic) == (29501, 2, "0-11", "mlx5_0"),
-          "plan(): DDPRT_PORT, DDP_TOPO_GPU/CPUS/NIC", p)
+    check((p.runtime_port, p.gpu, p.device, p.cpus, p.nic) == (29501, 2, 0, "0-11", "mlx5_0"),
+          "plan(): DDPRT_PORT, DDP_TOPO_GPU/DEVICE/CPUS/NIC", p)
     for var in ("RANK", "GROUP_RANK", "MASTER_PORT"):
         env = {k: v for k, v in LAUNCHED.items() if k != var}
         msg = raises(env, ddp_topo.NotLaunchedError)
@@ -67,7 +67,8 @@ def plans():
                            ("RANK", "4", "RANK=4 is not below WORLD_SIZE=4"),
                            ("MASTER_PORT", "70000", "MASTER_PORT='70000' is not a whole number from 1 to 65535"),
                            ("DDPRT_PORT", "0", "DDPRT_PORT='0' is not a whole number from 1 to 65535"),
-                           ("DDP_TOPO_GPU", "-1", "DDP_TOPO_GPU='-1'")):
+                           ("DDP_TOPO_GPU", "-1", "DDP_TOPO_GPU='-1'"),
+                           ("DDP_TOPO_DEVICE", "x", "DDP_TOPO_DEVICE='x'")):
         msg = raises(dict(LAUNCHED, **{var: bad}), ValueError)
         check(want in msg, "plan() with %s=%s: ValueError saying %r" % (var, bad, want), msg)
 

@@ -67,6 +67,45 @@ static int jobs_cross_apart(void)
     return apart;
 }
 
+/* No step's RAS port is a MASTER_PORT or DDPRT_PORT of its own job (same
+ * restart) for jobs of up to span/4 steps, and it stays in the range. */
+static int ras_apart(uint16_t lo, uint16_t hi, uint32_t job, uint32_t restart)
+{
+    static unsigned char taken[65536];
+    uint32_t span = (uint32_t)hi - lo + 1, steps = span / 4 < 300 ? span / 4 : 300;
+    int apart = 1;
+
+    memset(taken, 0, sizeof(taken));
+    for (uint32_t s = 0; s < (steps ? steps : 1); s++)
+        taken[dt_master_port(job, s, restart, lo, hi)] =
+            taken[dt_runtime_port(job, s, restart, lo, hi)] = 1;
+    for (uint32_t s = 0; s < (steps ? steps : 1); s++) {
+        uint16_t r = dt_ras_port(job, s, restart, lo, hi);
+        apart &= r >= lo && r <= hi && !taken[r];
+    }
+    return apart;
+}
+
+static void ras_ports(void)
+{
+    static const uint16_t ranges[][2] = {{61000, 65535}, {20000, 20002}, {1024, 65535},
+                                         {30000, 30999}, {40000, 40006}};
+    int apart = 1;
+
+    for (size_t k = 0; k < sizeof(ranges) / sizeof(ranges[0]); k++)
+        for (uint32_t job = 0; job < 3000; job += 7)
+            for (uint32_t restart = 0; restart < 3; restart++)
+                apart &= ras_apart(ranges[k][0], ranges[k][1], job, restart);
+    ok(apart, "no step's RAS port is a MASTER_PORT or DDPRT_PORT of its own job (jobs of up to "
+       "span/4 steps; a 3-port range: one each)");
+    ok(dt_ras_port(7, 0, 0, 20000, 20001) == 0, "a two-port range leaves no RAS port (0)");
+    ok(dt_ras_port(42, 3, 1, 61000, 65535) != dt_ras_port(42, 4, 1, 61000, 65535) &&
+       dt_ras_port(42, 3, 1, 61000, 65535) != dt_ras_port(42, 3, 2, 61000, 65535),
+       "steps and restarts move the RAS port");
+    ok(dt_ras_port(UINT32_MAX, UINT32_MAX, UINT32_MAX, 1024, 65535) >= 1024,
+       "extreme ids keep the RAS port in range");
+}
+
 static void runtime_ports(void)
 {
     static const uint16_t ranges[][2] = {{61000, 65535}, {20000, 20002}, {20000, 20001},
@@ -162,6 +201,7 @@ int main(void)
     ok(dt_master_port(UINT32_MAX, UINT32_MAX, UINT32_MAX, 1024, 65535) >= 1024,
        "extreme ids stay in range");
     runtime_ports();
+    ras_ports();
     resv_nth();
     return tap_done();
 }

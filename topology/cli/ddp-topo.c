@@ -6,9 +6,11 @@
 #include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define USAGE_MAIN \
     "Usage: ddp-topo COMMAND [OPTIONS]\n" \
@@ -21,6 +23,7 @@
     "  port                the MASTER_PORT (or DDPRT_PORT) the plugin sets for a step\n" \
     "  report              dry run: every rank's GPU, cores, NIC; allreduce cost\n" \
     "  detect              describe this node's topology, or save it (-o FILE)\n" \
+    "  check               preflight, in every task: srun --ddp-topo=auto ddp-topo check\n" \
     "\n" \
     "Run 'ddp-topo COMMAND --help' for a command's options; see ddp-topo(1).\n"
 
@@ -43,13 +46,16 @@
 
 #define USAGE_PORT \
     "Usage: ddp-topo port --job-id ID [--step-id ID] [--restart-count N]\n" \
-    "                     [--port-range LO-HI] [--resv-ports SPEC] [--runtime]\n" \
+    "                     [--port-range LO-HI] [--resv-ports SPEC] [--runtime | --ras]\n" \
     "Print the MASTER_PORT the plugin sets: the first reserved port when\n" \
     "--resv-ports is given, else a port derived from job, step and restart\n" \
     "count within --port-range (default 61000-65535).\n" \
     "With --runtime, print DDPRT_PORT instead, libddprt's own rendezvous port:\n" \
     "the second reserved port, else one derived counting down from the job's\n" \
-    "slot where MASTER_PORT counts up.\n"
+    "slot where MASTER_PORT counts up.\n" \
+    "With --ras, print the port of NCCL_RAS_ADDR (NCCL's RAS listener on every\n" \
+    "node of the step): the third reserved port, else one derived half the\n" \
+    "range away from MASTER_PORT. Query a running job with ncclras -p PORT.\n"
 
 int cli_fail(const char *what, const char *why, const char *todo)
 {
@@ -228,7 +234,8 @@ typedef struct {
     uint32_t job, step, restart;
     uint16_t lo, hi;
     const char *resv;
-    int have_job, runtime;
+    int have_job;
+    enum { PORT_MASTER, PORT_RUNTIME, PORT_RAS } which;
 } port_args_t;
 
 /* The port `ddp-topo port` prints, as the plugin picks it (remote.c). */
@@ -237,16 +244,23 @@ static int port_pick(const port_args_t *a, uint16_t *port)
     dt_error_t err;
     int rc = 1;
 
-    if (a->resv && (rc = dt_resv_ports_nth(a->resv, a->runtime ? 1 : 0, port, &err)) < 0)
+    if (a->resv && (rc = dt_resv_ports_nth(a->resv, (unsigned)a->which, port, &err)) < 0)
         return cli_fail("port", err.text, "pass SLURM_STEP_RESV_PORTS as SLURM sets it");
     if (rc == 0)
         return 0;
     if (!a->have_job)
-        return cli_fail("port", a->resv ? "one reserved port: DDPRT_PORT is derived, and "
+        return cli_fail("port", a->resv ? "too few reserved ports: this one is derived, and "
                         "--job-id is required" : "--job-id is required",
                         "see 'ddp-topo port --help'");
-    if (!a->runtime) {
+    if (a->which == PORT_MASTER) {
         *port = dt_master_port(a->job, a->step, a->restart, a->lo, a->hi);
+        return 0;
+    }
+    if (a->which == PORT_RAS) {
+        if (!(*port = dt_ras_port(a->job, a->step, a->restart, a->lo, a->hi)))
+            return cli_fail("port", "a range of fewer than 3 ports has no room for the RAS port: "
+                            "the plugin sets no NCCL_RAS_ADDR", "give a --port-range of 3 "
+                            "ports or more");
         return 0;
     }
     if (!(*port = dt_runtime_port(a->job, a->step, a->restart, a->lo, a->hi)))
@@ -264,6 +278,7 @@ static int cmd_port(int argc, char **argv)
         {"port-range", required_argument, NULL, 'p'},
         {"resv-ports", required_argument, NULL, 'R'},
         {"runtime", no_argument, NULL, 't'},
+        {"ras", no_argument, NULL, 'a'},
         {"help", no_argument, NULL, 'h'},
         {0}};
     port_args_t a = {.lo = DT_PORT_RANGE_DEFAULT_LO, .hi = DT_PORT_RANGE_DEFAULT_HI};
@@ -271,7 +286,7 @@ static int cmd_port(int argc, char **argv)
     int c;
     dt_error_t err;
 
-    while ((c = getopt_long(argc, argv, "j:s:r:p:R:th", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "j:s:r:p:R:tah", opts, NULL)) != -1) {
         switch (c) {
         case 'j':
             if (parse_u32_opt("--job-id", optarg, &a.job) < 0)
@@ -291,7 +306,8 @@ static int cmd_port(int argc, char **argv)
                 return cli_fail("port", err.text, "e.g. --port-range 61000-65535");
             break;
         case 'R': a.resv = optarg; break;
-        case 't': a.runtime = 1; break;
+        case 't': a.which = PORT_RUNTIME; break;
+        case 'a': a.which = PORT_RAS; break;
         case 'h': return fputs(USAGE_PORT, stdout), 0;
         default: return cli_fail("port", "unknown option", "see 'ddp-topo port --help'");
         }
@@ -304,6 +320,29 @@ static int cmd_port(int argc, char **argv)
     return 0;
 }
 
+/* The preflight check is ddp-check, which links libddprt (libddptopo never
+ * does): the one installed beside this program, else the first on PATH. */
+static int cmd_check(int argc, char **argv)
+{
+    static char name[] = "ddp-check";
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - sizeof(name));
+    char *slash = n > 0 ? (self[n] = '\0', strrchr(self, '/')) : NULL;
+
+    (void)argc;
+    argv[0] = name;
+    if (slash) {
+        memcpy(slash + 1, name, sizeof(name));
+        if (access(self, X_OK) == 0)
+            execv(self, argv);
+    }
+    execvp(name, argv);
+    fprintf(stderr, "ddp-topo: check: cannot run ddp-check: not at %s nor on PATH: %s "
+            "(install ddp-check with ddp-topo, or add its directory to PATH)\n",
+            slash ? self : "/proc/self/exe's directory", strerror(errno));
+    return 2;
+}
+
 int main(int argc, char **argv)
 {
     static const struct {
@@ -311,7 +350,7 @@ int main(int argc, char **argv)
         int (*run)(int, char **);
     } cmds[] = {{"hostnames", cmd_hostnames}, {"hostlist", cmd_hostlist},
                 {"layout", cmd_layout}, {"port", cmd_port},
-                {"report", cmd_report}, {"detect", cmd_detect}};
+                {"report", cmd_report}, {"detect", cmd_detect}, {"check", cmd_check}};
 
     if (argc == 2 && !strcmp(argv[1], "--version")) {
         puts("ddp-topo " PACKAGE_VERSION);

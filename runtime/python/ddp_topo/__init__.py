@@ -3,7 +3,7 @@
 libddprt's collectives from Python (ctypes; no compiler needed).
 
     import ddp_topo
-    p = ddp_topo.plan()            # rank, world_size, ..., gpu, cpus, nic
+    p = ddp_topo.plan()            # rank, world_size, ..., gpu, device, cpus, nic
     with ddp_topo.Runtime() as rt:
         rt.allreduce(buf, "float32")
 

@@ -20,6 +20,7 @@ NAMES = {
     "DRT_ENV_MASTER_PORT": "MASTER_PORT",
     "DRT_ENV_PORT": "DDPRT_PORT",
     "DRT_ENV_GPU": "DDP_TOPO_GPU",
+    "DRT_ENV_DEVICE": "DDP_TOPO_DEVICE",
     "DRT_ENV_CPUS": "DDP_TOPO_CPUS",
     "DRT_ENV_NIC": "DDP_TOPO_NIC",
 }
@@ -40,7 +41,7 @@ _BELOW = (("rank", "world_size"), ("local_rank", "local_world_size"), ("node_ran
 Plan = collections.namedtuple(
     "Plan",
     "rank world_size local_rank local_world_size node_rank node_count "
-    "master_addr master_port runtime_port gpu cpus nic",
+    "master_addr master_port runtime_port gpu device cpus nic",
 )
 Plan.__doc__ = "This task's place in the job and its binding, from the launcher's environment."
 
@@ -92,5 +93,6 @@ def plan(environ=None):
                 master_port=_number(env, "DRT_ENV_MASTER_PORT", 1, 65535),
                 runtime_port=_optional(env, "DRT_ENV_PORT", 1, 65535),
                 gpu=_optional(env, "DRT_ENV_GPU", 0, 2**31 - 1),
+                device=_optional(env, "DRT_ENV_DEVICE", 0, 2**31 - 1),
                 cpus=_optional(env, "DRT_ENV_CPUS"),
                 nic=_optional(env, "DRT_ENV_NIC"), **ints)

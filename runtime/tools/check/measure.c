@@ -1,0 +1,226 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* ddp-check: the timed part. Two measurements, each run by every group at
+ * once, so the whole check costs about the same on 4 nodes as on 4,000:
+ *  - each node's ranks allreduce among themselves (a libddprt communicator
+ *    per node: shared memory), against the cost model's prediction;
+ *  - along each rail (same local rank, one per node), every rank streams to
+ *    the next node's rank for a fixed time while taking its predecessor's
+ *    stream: the sending step of a rail ring allreduce, timed per link, so
+ *    a slow link is pinned on the node it leaves from. The streams run from
+ *    the node's own address, as the MASTER_PORT probe does (master.c). */
+#define _GNU_SOURCE /* accept4 */
+#include "config.h"
+#include "check.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "ddptopo.h"
+
+/* the cost model's shared-memory figures for CPU-only nodes (README, "The
+ * cost model"): the node groups allreduce host buffers through shared memory */
+#define CK_SHM_GBPS 10.0
+#define CK_SHM_US 1.0
+#define CK_ROUNDS 6
+#define CK_SOCKBUF (256 << 10) /* little left in flight when the time is up */
+
+/* the ring's bus bandwidth: what each link carried per second */
+static double busbw(double bytes, int n, double seconds)
+{
+    return seconds > 0 ? 2.0 * (n - 1) / n * bytes / seconds / 1e9 : 0;
+}
+
+static int fail(drt_error_t *err, const char *why)
+{
+    snprintf(err->text, sizeof(err->text), "node group: %s", why);
+    return -1;
+}
+
+static int setenv_u(const char *name, unsigned v)
+{
+    char text[16];
+
+    snprintf(text, sizeof(text), "%u", v);
+    return setenv(name, text, 1);
+}
+
+/* This node's ranks as a world of their own: rendezvous at local rank 0's
+ * port on loopback (it hands libddprt the socket it already bound). */
+static int group_env(const ck_rank_t *me, uint32_t n, uint32_t port, int listen_fd)
+{
+    int rc = setenv_u("RANK", me->local) | setenv_u("WORLD_SIZE", n) |
+             setenv_u("LOCAL_RANK", me->local) | setenv_u("LOCAL_WORLD_SIZE", n) |
+             setenv_u("GROUP_RANK", 0) | setenv_u("NODE_RANK", 0) |
+             setenv_u("GROUP_WORLD_SIZE", 1) | setenv("MASTER_ADDR", "127.0.0.1", 1) |
+             setenv_u("MASTER_PORT", port) | setenv_u("DDPRT_PORT", port) |
+             setenv("DDPRT_BOOTSTRAP", "tcp", 1);
+
+    return rc | (listen_fd >= 0 ? setenv_u(DRT_ENV_LISTEN_FD, (unsigned)listen_fd)
+                                : unsetenv(DRT_ENV_LISTEN_FD));
+}
+
+/* The fastest of CK_ROUNDS rounds: on a shared machine a round can lose its
+ * cores to other work, which says nothing about the node's memory path. */
+static int time_allreduce(drt_comm_t *g, size_t bytes, double *seconds, drt_error_t *err)
+{
+    size_t count = bytes / sizeof(float);
+    float *buf = calloc(count ? count : 1, sizeof(float));
+    int rc = buf ? 0 : fail(err, "out of memory");
+
+    *seconds = 0;
+    for (int i = 0; rc == 0 && i <= CK_ROUNDS; i++) {
+        double t0 = ck_now();
+        rc = drt_allreduce(g, buf, buf, count, DRT_FLOAT32, DRT_SUM, err);
+        /* the first round sets up the rings */
+        if (i && (*seconds == 0 || ck_now() - t0 < *seconds))
+            *seconds = ck_now() - t0;
+    }
+    free(buf);
+    return rc;
+}
+
+int ck_node_group(drt_comm_t *world, ck_rank_t *all, const ck_opts_t *o, int *listen_fd,
+                  drt_error_t *err)
+{
+    ck_rank_t *me = &all[drt_rank(world)];
+    uint32_t n = (uint32_t)drt_local_size(world), port = 0;
+    drt_comm_t *g;
+    double t;
+    dt_cost_t cost = {.bytes = (double)o->bytes, .nodes = 1, .ranks_per_node = n,
+                      .uniform = 1, .intra_gbps = CK_SHM_GBPS, .intra_us = CK_SHM_US,
+                      .inter_gbps = me->link_pred, .inter_us = 25};
+
+    if (n < 2)
+        return 0;
+    for (int r = 0; r < drt_size(world); r++)
+        if (all[r].node == me->node && all[r].local == 0)
+            port = all[r].group_port;
+    if (group_env(me, n, port, me->local == 0 ? *listen_fd : -1) < 0)
+        return fail(err, "cannot set the group's environment");
+    *listen_fd = -1; /* libddprt closes the socket it was handed */
+    if (drt_init(&g, err) < 0)
+        return -1;
+    if (time_allreduce(g, o->bytes, &t, err) == 0) {
+        dt_cost_allreduce(&cost);
+        me->node_gbps = busbw((double)o->bytes, (int)n, t);
+        me->node_pred = busbw((double)o->bytes, (int)n, cost.flat_us * 1e-6);
+    }
+    drt_finalize(g);
+    return me->node_gbps < 0 ? -1 : 0;
+}
+
+/* The rank with local rank `local` on the k-th node after `node` that has
+ * one (dir = 1) or before it (dir = -1); -1 when no other node has one. */
+static int rail_peer(const ck_rank_t *all, int size, uint32_t nodes, const ck_rank_t *me, int dir)
+{
+    for (uint32_t k = 1; k < nodes; k++) {
+        uint32_t node = (me->node + (dir > 0 ? k : nodes - k)) % nodes;
+        for (int r = 0; r < size; r++)
+            if (all[r].node == node && all[r].local == me->local)
+                return r;
+    }
+    return -1;
+}
+
+typedef struct {
+    int listen_fd;
+    double deadline;
+} sink_t;
+
+/* The predecessor's stream: count it until it ends, then say how much came. */
+static void *sink(void *arg)
+{
+    sink_t *s = arg;
+    struct pollfd p = {.fd = s->listen_fd, .events = POLLIN};
+    static char buf[1 << 16];
+    uint64_t got = 0;
+    int fd = -1, size = CK_SOCKBUF;
+
+    while (fd < 0 && ck_now() < s->deadline && poll(&p, 1, 100) >= 0)
+        fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0)
+        return NULL;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
+    p.fd = fd;
+    while (ck_now() < s->deadline && poll(&p, 1, 100) >= 0) {
+        ssize_t n = recv(fd, buf, sizeof(buf), 0);
+        if (n > 0) {
+            got += (uint64_t)n;
+        } else if (n == 0) {
+            send(fd, &got, sizeof(got), MSG_NOSIGNAL);
+            break;
+        } else if (errno != EAGAIN && errno != EINTR) {
+            break;
+        }
+    }
+    close(fd);
+    return NULL;
+}
+
+/* Send for `seconds`, then wait for the sink's count: bytes that arrived
+ * per second, from the first byte to the count's arrival. */
+static double stream(int fd, double seconds, double deadline)
+{
+    static const char buf[1 << 16];
+    struct pollfd p = {.fd = fd, .events = POLLOUT};
+    double t0 = ck_now();
+    uint64_t got = 0;
+    size_t have = 0;
+    int size = CK_SOCKBUF;
+
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
+    while (ck_now() < t0 + seconds && poll(&p, 1, 20) >= 0)
+        if (send(fd, buf, sizeof(buf), MSG_NOSIGNAL | MSG_DONTWAIT) < 0 && errno != EAGAIN &&
+            errno != EINTR)
+            return 0;
+    shutdown(fd, SHUT_WR);
+    p.events = POLLIN;
+    while (have < sizeof(got) && ck_now() < deadline && poll(&p, 1, 100) >= 0) {
+        ssize_t n = recv(fd, (char *)&got + have, sizeof(got) - have, MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+            return 0;
+        have += n > 0 ? (size_t)n : 0;
+    }
+    return have == sizeof(got) ? (double)got / (ck_now() - t0) / 1e9 : 0;
+}
+
+static void link_out(ck_rank_t *me, const ck_rank_t *to, int by_host, const ck_opts_t *o)
+{
+    uint32_t src = by_host ? me->host_ip : 0, dst = by_host ? to->host_ip : to->data_ip;
+    char why[128];
+    int fd = ck_connect(src, dst, (uint16_t)to->link_port, o->timeout, why, sizeof(why));
+
+    if (fd < 0) {
+        ck_note(me, 1, "link to %s (rank %u) failed: %s", to->host, to->rank, why);
+        me->link_gbps = 0;
+        return;
+    }
+    me->link_gbps = stream(fd, o->seconds, ck_now() + o->seconds + o->timeout);
+    close(fd);
+    if (me->link_gbps <= 0)
+        ck_note(me, 1, "link to %s (rank %u): the stream was not received within %.1f s",
+                to->host, to->rank, o->seconds + o->timeout);
+}
+
+void ck_link(drt_comm_t *world, ck_rank_t *all, const ck_opts_t *o, int listen_fd)
+{
+    int size = drt_size(world);
+    uint32_t nodes = (uint32_t)drt_node_count(world);
+    ck_rank_t *me = &all[drt_rank(world)];
+    int to = rail_peer(all, size, nodes, me, 1), from = rail_peer(all, size, nodes, me, -1);
+    sink_t s = {listen_fd, ck_now() + 2 * o->timeout + o->seconds};
+    pthread_t thread;
+    int started = from >= 0 && pthread_create(&thread, NULL, sink, &s) == 0;
+
+    if (to >= 0)
+        link_out(me, &all[to], ck_host_addresses(all, size), o);
+    if (started)
+        pthread_join(thread, NULL);
+}
