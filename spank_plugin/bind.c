@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -86,8 +87,16 @@ static int allocated_gpus(spank_t sp, char *err, size_t errlen)
     char buf[8192];
     spank_err_t rc = spank_getenv(sp, "SLURM_STEP_GPUS", buf, sizeof(buf));
 
-    if (rc == ESPANK_ENV_NOEXIST)
-        rc = spank_getenv(sp, "SLURM_JOB_GPUS", buf, sizeof(buf));
+    /* slurmstepd names every step's GPUs (SLURM 22.05 slurmstepd.c, before
+     * user_init): a GPU job's step without them has none SLURM would say
+     * (--gres=none, --gpus=0; --gpu-bind=none hides which the step has) */
+    if (rc == ESPANK_ENV_NOEXIST &&
+        spank_getenv(sp, "SLURM_JOB_GPUS", buf, sizeof(buf)) != ESPANK_ENV_NOEXIST) {
+        snprintf(state.gpu_skip, sizeof(state.gpu_skip), "GPU binding skipped: the job has GPUs "
+                 "(SLURM_JOB_GPUS=%.100s) but SLURM names none for this step (srun --gres=none, "
+                 "--gpus=0 or --gpu-bind=none; CPU, memory and NIC binding still apply)", buf);
+        return 2;
+    }
     if (rc == ESPANK_NOSPACE) { /* not "no GPU GRES": that would bind every GPU */
         snprintf(err, errlen, "SLURM's allocated GPU list is longer than %zu characters",
                  sizeof(buf) - 1);
@@ -134,7 +143,8 @@ static const char *untrusted(const struct stat *st)
 }
 
 /* Every component of `real` (a path without symlinks), the file first. */
-static int trusted_path(const char *file, const char *real, char *err, size_t errlen)
+int ddp_trusted_path(const char *what, const char *file, const char *real, const char *advice,
+                     char *err, size_t errlen)
 {
     char dir[PATH_MAX];
     struct stat st;
@@ -143,14 +153,13 @@ static int trusted_path(const char *file, const char *real, char *err, size_t er
     snprintf(dir, sizeof(dir), "%s", real);
     for (;;) {
         if (stat(dir[0] ? dir : "/", &st) < 0) {
-            snprintf(err, errlen, "topology file '%.300s': cannot check '%.300s': %s", file,
+            snprintf(err, errlen, "%s '%.300s': cannot check '%.300s': %s", what, file,
                      dir[0] ? dir : "/", strerror(errno));
             return -1;
         }
         if ((why = untrusted(&st))) {
-            snprintf(err, errlen, "topology file '%.300s' refused: %s '%.300s' is %s (admin: keep "
-                     "topology files where only root can change them, e.g. /etc/ddp-topo)", file,
-                     S_ISDIR(st.st_mode) ? "directory" : "file", dir[0] ? dir : "/", why);
+            snprintf(err, errlen, "%s '%.300s' refused: %s '%.300s' is %s (admin: %s)", what, file,
+                     S_ISDIR(st.st_mode) ? "directory" : "file", dir[0] ? dir : "/", why, advice);
             return -1;
         }
         if (!dir[0])
@@ -175,7 +184,8 @@ static int load_file(const char *pattern, const char *node_name, char *err, size
         snprintf(err, errlen, "topology file '%.300s': %s", path, strerror(errno));
         return -1;
     }
-    if (trusted_path(path, real, err, errlen) < 0)
+    if (ddp_trusted_path("topology file", path, real, "keep topology files where only root can "
+                         "change them, e.g. /etc/ddp-topo", err, errlen) < 0)
         return -1;
     if (dt_node_load_file(&state.node, real, &derr) < 0) {
         snprintf(err, errlen, "%s", derr.text);
@@ -230,8 +240,9 @@ int ddp_bind_user_init(spank_t sp, const ddp_bind_request_t *req, char *err, siz
         goto fail;
     if ((rc = allocated_gpus(sp, err, errlen)) < 0)
         goto fail;
-    if (rc == 0) {
+    if (rc == 0)
         find_numbering(sp);
+    if (rc != 1) { /* SLURM's GPUs, or none to bind */
         preq.gpus = state.step_gpus;
         preq.ngpus = state.gpu_skip[0] ? 0 : state.nstep;
     }
@@ -262,12 +273,12 @@ static long per_task_binding(spank_t sp)
     const char *v = job_value(sp, "SLURMD_TRES_BIND", buf, sizeof(buf)), *p;
     long k;
 
-    if (!v || !(p = strstr(v, "gpu:")))
+    if (!v || !(p = strcasestr(v, "gpu:")))
         return -1;
     p += 4;
-    if (!strncmp(p, "verbose,", 8))
+    if (!strncasecmp(p, "verbose,", 8))
         p += 8;
-    if (strncmp(p, "per_task:", 9))
+    if (strncasecmp(p, "per_task:", 9))
         return -1;
     p += 9;
     k = strtol(p, &end, 10);
@@ -277,8 +288,9 @@ static long per_task_binding(spank_t sp)
 /* The GPU SLURM chose for a task it bound to part of the step's GPUs
  * (--gpus-per-task, --gpu-bind): 0 and *gpu, a node index or -1 when SLURM's
  * numbering hides which; 1 when SLURM left the choice to the plan. Under
- * ConstrainDevices such a task can reach only that GPU, so it is kept. */
-static int slurm_task_gpu(spank_t sp, int local, int *gpu)
+ * ConstrainDevices such a task can reach only that GPU, so it is kept.
+ * *per_task: k of --gpus-per-task's binding, -1 for another. */
+static int slurm_task_gpu(spank_t sp, int local, int *gpu, long *per_task)
 {
     char cvd[8192];
     int bound[DDP_GPUS_MAX];
@@ -286,29 +298,56 @@ static int slurm_task_gpu(spank_t sp, int local, int *gpu)
     int rc;
 
     *gpu = -1;
+    *per_task = -1;
     if (!state.have_step || state.gpu_skip[0])
         return 1;
+    *per_task = per_task_binding(sp);
     rc = ddp_gpus_task_bound(state.step_gpus, state.nstep, state.numbering,
-                             job_value(sp, "CUDA_VISIBLE_DEVICES", cvd, sizeof(cvd)),
-                             per_task_binding(sp), local, bound, &nb);
+                             job_value(sp, "CUDA_VISIBLE_DEVICES", cvd, sizeof(cvd)), *per_task,
+                             local, bound, &nb);
     if (rc == 0)
         *gpu = bound[0];
     return rc < 0 ? 0 : rc;
 }
 
-/* The plan's rank that has node GPU gpu, the local rank's own first. */
-static const dt_rank_plan_t *rank_with_gpu(int local, int gpu)
+/* The plan's ranks holding node GPU g: how many, and the first. */
+static unsigned ranks_with_gpu(int g, const dt_rank_plan_t **first)
 {
-    const dt_rank_plan_t *own = &state.plan.ranks[local];
+    unsigned n = 0;
 
-    if (gpu < 0 || (own->gpu >= 0 && state.node.gpus[own->gpu].index == gpu))
-        return own;
     for (unsigned r = 0; r < state.plan.nranks; r++) {
         const dt_rank_plan_t *rp = &state.plan.ranks[r];
-        if (rp->gpu >= 0 && state.node.gpus[rp->gpu].index == gpu)
-            return rp;
+        if (rp->gpu >= 0 && state.node.gpus[rp->gpu].index == g && !n++)
+            *first = rp;
     }
-    return own;
+    return n;
+}
+
+static int by_index(const void *a, const void *b)
+{
+    return *(const int *)a - *(const int *)b;
+}
+
+/* The cores, memory node and NIC of a task SLURM bound: those the plan gave
+ * its GPU, when --gpus-per-task's rule (every task's first GPU known) makes
+ * task and plan rank one to one; else the task's own plan rank, so no two
+ * tasks ever share a rank's cores. */
+static const dt_rank_plan_t *rank_for(int local, int gpu, long per_task)
+{
+    const dt_rank_plan_t *own = &state.plan.ranks[local], *rp = NULL;
+    int sorted[DDP_GPUS_MAX];
+
+    if (gpu < 0 || per_task < 1)
+        return own;
+    memcpy(sorted, state.step_gpus, state.nstep * sizeof(int));
+    qsort(sorted, state.nstep, sizeof(int), by_index);
+    for (unsigned l = 0; l < state.plan.nranks; l++) {
+        const dt_rank_plan_t *any;
+        if ((long)l * per_task >= (long)state.nstep ||
+            ranks_with_gpu(sorted[(long)l * per_task], &any) != 1)
+            return own;
+    }
+    return ranks_with_gpu(gpu, &rp) == 1 ? rp : own;
 }
 
 /* A task SLURM bound: its CUDA_VISIBLE_DEVICES stays, its first GPU is
@@ -420,13 +459,14 @@ int ddp_bind_task_init(spank_t sp, int local, char *err, size_t errlen)
     const dt_rank_plan_t *rp;
     char *cpus;
     int rc, gpu, slurm_chose;
+    long per_task;
 
     if (!state.ready || local < 0 || (unsigned)local >= state.plan.nranks) {
         snprintf(err, errlen, "no binding plan for local rank %d", local);
         return -1;
     }
-    slurm_chose = slurm_task_gpu(sp, local, &gpu) == 0;
-    state.task_rank = rp = rank_with_gpu(local, gpu);
+    slurm_chose = slurm_task_gpu(sp, local, &gpu, &per_task) == 0;
+    state.task_rank = rp = slurm_chose ? rank_for(local, gpu, per_task) : &state.plan.ranks[local];
     state.task_slurm_bound = slurm_chose;
     state.task_gpu = gpu;
     cpus = cpu_list(rp->cpus);
@@ -467,9 +507,13 @@ void ddp_bind_describe(int local, char *buf, size_t len)
     }
     rp = state.task_rank ? state.task_rank : &state.plan.ranks[local];
     cpus = cpu_list(rp->cpus);
-    snprintf(gpu, sizeof(gpu), "%d", rp->gpu >= 0 ? state.node.gpus[rp->gpu].index : -1);
-    snprintf(buf, len, "GPU=%s%s CPUS=%s NUMA=%d NIC=%s bind=%s",
-             state.task_slurm_bound && state.task_gpu < 0 ? "?" : gpu,
+    if (state.task_slurm_bound && state.task_gpu < 0)
+        snprintf(gpu, sizeof(gpu), "?");
+    else if (state.task_slurm_bound)
+        snprintf(gpu, sizeof(gpu), "%d", state.task_gpu);
+    else
+        snprintf(gpu, sizeof(gpu), "%d", rp->gpu >= 0 ? state.node.gpus[rp->gpu].index : -1);
+    snprintf(buf, len, "GPU=%s%s CPUS=%s NUMA=%d NIC=%s bind=%s", gpu,
              state.task_slurm_bound ? "(SLURM's)" : "", cpus ? cpus : "?",
              rp->numa >= 0 ? (int)state.node.numa[rp->numa].os_index : -1,
              rp->nic >= 0 ? (state.node.nics[rp->nic].name[0] ? state.node.nics[rp->nic].name

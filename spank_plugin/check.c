@@ -7,16 +7,21 @@
 #include "plugin.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-/* ddp-check bounds itself (twice its 3 s --timeout for the rendezvous, then
- * a fraction of a second per measurement); past this it is stuck */
-#define CHECK_LIMIT_S 60
+/* Tasks of a step start seconds apart (prologs, slurmstepd fan-out): the
+ * checker's probes wait CHECK_TIMEOUT_S, not its interactive 3 s, so a late
+ * node is met rather than blamed. It bounds itself (the probe, twice that for
+ * the rendezvous, the links); past CHECK_LIMIT_S it is stuck. */
+#define CHECK_TIMEOUT_S "10"
+#define CHECK_LIMIT_S 120
 
 /* waitpid, but never past CHECK_LIMIT_S: then the checker is killed */
 static int wait_bounded(pid_t pid, int *status)
@@ -32,7 +37,10 @@ static int wait_bounded(pid_t pid, int *status)
         nanosleep(&tick, NULL);
     }
     kill(pid, SIGKILL);
-    waitpid(pid, status, 0);
+    /* a checker stuck in the kernel (a wedged driver) may not die: the task
+     * goes on failing rather than wait for it */
+    for (int waited = 0; waited < 5 * 50 && waitpid(pid, status, WNOHANG) == 0; waited++)
+        nanosleep(&tick, NULL);
     return 1;
 }
 
@@ -54,10 +62,23 @@ static int outcome(const char *checker, int status, char *err, size_t errlen)
 
 int ddp_check_task(spank_t sp, const char *checker, char *err, size_t errlen)
 {
-    char **env = NULL, *argv[] = {(char *)checker, NULL};
+    char **env = NULL, *argv[] = {(char *)checker, "--timeout", CHECK_TIMEOUT_S, NULL},
+         real[PATH_MAX];
     int status = 0, rc;
     pid_t pid;
 
+    /* it runs in every task that asks: a user who could replace it would
+     * run code as everyone else (the rule for topology files) */
+    if (!realpath(checker, real)) {
+        snprintf(err, errlen, "the preflight check %s cannot run: %s (install ddp-check "
+                 "there, or name it with check=PATH in plugstack.conf)", checker,
+                 strerror(errno));
+        return -1;
+    }
+    if (ddp_trusted_path("preflight checker", checker, real, "install it where only root can "
+                         "change it, e.g. /usr/bin, and name it with check=PATH", err,
+                         errlen) < 0)
+        return -1;
     if (access(checker, X_OK) < 0) {
         snprintf(err, errlen, "the preflight check %s cannot run: %s (install ddp-check "
                  "there, or name it with check=PATH in plugstack.conf)", checker,

@@ -11,7 +11,7 @@
 #define VALID_VALUES "a mode (auto, env, off) and flags (verbose, share, check), comma-separated, " \
                      "e.g. --ddp-topo=auto,verbose"
 #define VALID_ARGS "default=off|env|auto, port_range=LO-HI, topology=live|PATTERN, " \
-                   "bind=none|gpu,cpu,mem,nic, check=PATH"
+                   "bind=none|gpu,cpu,mem,nic, check=PATH, disable"
 
 static const char *const mode_names[] = {
     [DDP_MODE_OFF] = "off", [DDP_MODE_ENV] = "env", [DDP_MODE_AUTO] = "auto"};
@@ -120,9 +120,30 @@ static int config_arg(const char *arg, ddp_config_t *cfg, char *err, size_t errl
         snprintf(err, errlen, "plugstack.conf argument '%.80s': %s", arg, derr.text);
         return -1;
     }
+    if (!strcmp(arg, "disable")) {
+        cfg->disabled = true;
+        return 0;
+    }
     snprintf(err, errlen, "plugstack.conf argument '%.80s': unknown argument (valid: %s)",
              arg, VALID_ARGS);
     return -1;
+}
+
+/* The setting an argument names (its text up to '=', or all of it), so
+ * that a second one is caught: last-wins would hide an admin's mistake. */
+static size_t setting_len(const char *arg)
+{
+    return strcspn(arg, "=");
+}
+
+static const char *same_setting(char **av, int i)
+{
+    size_t len = setting_len(av[i]);
+
+    for (int j = 0; j < i; j++)
+        if (setting_len(av[j]) == len && !strncmp(av[j], av[i], len))
+            return av[j];
+    return NULL;
 }
 
 /* Every argument is parsed even after a bad one: the valid ones (default=
@@ -138,9 +159,18 @@ int ddp_config_parse(int ac, char **av, ddp_config_t *cfg, char *err, size_t err
     int rc = 0;
 
     /* the first error is the one to fix; later ones are parsed, not kept */
-    for (int i = 0; i < ac; i++)
-        if (config_arg(av[i], &c, rc == 0 ? err : NULL, rc == 0 ? errlen : 0) < 0)
+    for (int i = 0; i < ac; i++) {
+        const char *first = same_setting(av, i);
+        if (first) {
+            /* the first value stays: the error fails every job that asks */
+            if (rc == 0)
+                snprintf(err, errlen, "plugstack.conf arguments '%.80s' and '%.80s': the same "
+                         "setting twice (keep one)", first, av[i]);
             rc = -1;
+        } else if (config_arg(av[i], &c, rc == 0 ? err : NULL, rc == 0 ? errlen : 0) < 0) {
+            rc = -1;
+        }
+    }
     *cfg = c;
     return rc;
 }

@@ -18,8 +18,7 @@ static char config_error[DDP_ERRLEN];
 int ddp_local_init(int ac, char **av)
 {
     if (ddp_config_parse(ac, av, &config, config_error, sizeof(config_error)) < 0)
-        slurm_error("ddp-topo: %s (fix the ddp_topo.so line in plugstack.conf; see the README)",
-                    config_error);
+        slurm_error("ddp-topo: %s (" DDP_FIX_PLUGSTACK ")", config_error);
     return 0;
 }
 
@@ -50,7 +49,8 @@ int ddp_local_post_opt(void)
 {
     char hex[2 * DRT_SECRET_LEN + 1], warning[DDP_ERRLEN];
 
-    if (requested_mode() == DDP_MODE_OFF)
+    /* disable: the job runs as without the plugin (slurmstepd says so) */
+    if (config.disabled || requested_mode() == DDP_MODE_OFF)
         return 0;
     if (config_error[0]) {
         slurm_error("ddp-topo: this job asks for ddp-topo, which cannot run: %s (ask your admin "

@@ -35,7 +35,11 @@ typedef struct {
     char topology[512];    /* "live" or a path pattern with %n / %h */
     unsigned bind;         /* DT_BIND_* when the user does not choose */
     char checker[512];     /* check=PATH: ddp-check for --ddp-topo=...,check */
+    bool disabled;         /* disable: --ddp-topo is accepted and sets nothing */
 } ddp_config_t;
+
+/* what every plugstack.conf error tells the admin (nodes have the man page) */
+#define DDP_FIX_PLUGSTACK "fix the ddp_topo.so line in plugstack.conf; see ddp_topo(8)"
 
 /* What bind.c needs to plan a node. */
 typedef struct {
@@ -86,6 +90,10 @@ int ddp_bind_user_init(spank_t sp, const ddp_bind_request_t *req, char *err, siz
 int ddp_bind_task_init(spank_t sp, int local, char *err, size_t errlen);
 void ddp_bind_describe(int local, char *buf, size_t len);
 unsigned ddp_bind_warnings(const char ***warnings);
+/* 0 when only root can change real (file's path without symlinks) and every
+ * directory above it; else -1 and err names what, the culprit and advice */
+int ddp_trusted_path(const char *what, const char *file, const char *real, const char *advice,
+                     char *err, size_t errlen);
 /* the node's GPU numbering and why (verbose), NULL without SLURM's GPUs */
 const char *ddp_bind_gpu_note(char *buf, size_t len);
 /* why GPU binding was skipped on this node, NULL when it was not */

@@ -31,6 +31,7 @@
 
 typedef struct {
     bool active; /* this step asked for (or defaults to) the environment */
+    bool disabled; /* the user asked, and plugstack.conf says disable */
     ddp_request_t req;
     char error[DDP_ERRLEN];
     uint32_t job_id, step_id, world, local_count, node_id, nnodes, cpus_per_task, restart;
@@ -68,8 +69,7 @@ int ddp_remote_init(int ac, char **av)
 
     /* Never fail here: a failing init of the batch step drains the node. */
     if (ddp_config_parse(ac, av, &config, config_error, sizeof(config_error)) < 0)
-        slurm_error("ddp-topo: %s (fix the ddp_topo.so line in plugstack.conf; see the README)",
-                    config_error);
+        slurm_error("ddp-topo: %s (" DDP_FIX_PLUGSTACK ")", config_error);
     else if (ddp_port_range_warning(&config, DDP_EPHEMERAL_PATH, warning, sizeof(warning)))
         slurm_info("ddp-topo: warning: %s", warning);
     return 0;
@@ -315,6 +315,45 @@ static void plan_binding(spank_t sp)
     free(user);
 }
 
+/* The admin's audit trail: one line per step on each node in slurmd's log,
+ * saying who used ddp-topo and how, or why it failed. */
+static void audit(void)
+{
+    char path[512], host[256] = "?";
+    const char *topo = "none";
+    dt_error_t err;
+
+    if (step.disabled) {
+        slurm_info("ddp-topo: job %u step %u asked for ddp-topo: disabled by plugstack.conf",
+                   step.job_id, step.step_id);
+        return;
+    }
+    if (step.error[0]) {
+        slurm_info("ddp-topo: job %u step %u: mode=%s failed: %s", step.job_id, step.step_id,
+                   ddp_mode_name(step.req.mode), step.error);
+        return;
+    }
+    if (step.req.mode == DDP_MODE_AUTO) {
+        gethostname(host, sizeof(host) - 1);
+        topo = strcmp(config.topology, "live") &&
+               dt_topology_path(config.topology, step.node_name, host, path, sizeof(path),
+                                &err) == 0 ? path : "live";
+    }
+    slurm_info("ddp-topo: job %u step %u node %s: mode=%s topology=%s MASTER_PORT=%u",
+               step.job_id, step.step_id, step.node_name, ddp_mode_name(step.req.mode), topo,
+               step.master_port);
+}
+
+/* Soft-off: --ddp-topo stays a valid option, so queued jobs still run; a
+ * user who asked is told, once per step, that nothing was set. */
+static void resolve_disabled(void)
+{
+    step.disabled = step.req.given && (step.error[0] || step.req.mode != DDP_MODE_OFF);
+    step.error[0] = '\0';
+    if (step.disabled)
+        audit();
+}
+
 int ddp_remote_user_init(spank_t sp)
 {
     memset(&step, 0, sizeof(step));
@@ -323,7 +362,13 @@ int ddp_remote_user_init(spank_t sp)
     if (spank_get_item(sp, S_JOB_STEPID, &step.step_id) != ESPANK_SUCCESS ||
         step.step_id >= SLURM_INTERACTIVE_STEP)
         return 0;
+    /* for the audit line, whatever fails next (read_items reads it again) */
+    spank_get_item(sp, S_JOB_ID, &step.job_id);
     resolve_request(sp);
+    if (config.disabled) {
+        resolve_disabled();
+        return 0;
+    }
     /* A broken plugstack.conf breaks only the steps that asked for us (the
      * option, DDP_TOPO, or a default= that parsed). */
     if (!step.error[0] && step.req.mode == DDP_MODE_OFF)
@@ -332,12 +377,13 @@ int ddp_remote_user_init(spank_t sp)
     if (config_error[0])
         step_fail("%s (ask your admin to fix the ddp_topo.so line in plugstack.conf)",
                   config_error);
-    if (step.error[0] || read_items(sp) < 0 || find_master_addr(sp) < 0)
-        return 0;
-    check_rank0_here(sp);
-    find_ports(sp);
-    if (step.req.mode == DDP_MODE_AUTO)
-        plan_binding(sp);
+    if (!step.error[0] && read_items(sp) == 0 && find_master_addr(sp) == 0) {
+        check_rank0_here(sp);
+        find_ports(sp);
+        if (step.req.mode == DDP_MODE_AUTO)
+            plan_binding(sp);
+    }
+    audit();
     return 0;
 }
 
@@ -466,11 +512,11 @@ static void warn_ports(spank_t sp)
     if (step.port_busy)
         fprintf(stderr, "ddp-topo: warning: MASTER_PORT %u is already in use on %s; rank 0 "
                 "will fail to listen (another job on this node? use srun --resv-ports, see "
-                "the README)\n", step.master_port, step.master_addr);
+                "ddp_topo(8))\n", step.master_port, step.master_addr);
     if (step.runtime_busy)
         fprintf(stderr, "ddp-topo: warning: DDPRT_PORT %u is already in use on %s; libddprt's "
                 "rank 0 will wait for it (another job on this node? use srun --resv-ports=2, "
-                "see the README)\n", step.runtime_port, step.master_addr);
+                "see ddp_topo(8))\n", step.runtime_port, step.master_addr);
     if (!step.runtime_port && !task_has(sp, DRT_ENV_PORT))
         fprintf(stderr, "ddp-topo: warning: plugstack.conf port_range=%u-%u holds one port, "
                 "so DDPRT_PORT is not set and libddprt shares MASTER_PORT with torch's "
@@ -494,6 +540,11 @@ int ddp_remote_task_init(spank_t sp)
     uint32_t rank;
     int local;
 
+    if (step.disabled && spank_get_item(sp, S_TASK_GLOBAL_ID, &rank) == ESPANK_SUCCESS &&
+        rank == 0)
+        fprintf(stderr, "ddp-topo: warning: --ddp-topo is disabled on this cluster by the "
+                "admin (plugstack.conf 'disable'): nothing was set for this step (no RANK, "
+                "MASTER_ADDR or binding; set them yourself or ask your admin)\n");
     if (!step.active)
         return 0;
     if (step.error[0]) {

@@ -102,9 +102,10 @@ uint16_t dt_master_port(uint32_t job_id, uint32_t step_id, uint32_t restart_coun
 uint16_t dt_runtime_port(uint32_t job_id, uint32_t step_id, uint32_t restart_count,
                          uint16_t lo, uint16_t hi);
 /* The port of NCCL's RAS listener (NCCL_RAS_ADDR, NCCL 2.24+, on every node
- * of the step), half the range away from MASTER_PORT: no MASTER_PORT or
- * DDPRT_PORT of the same job and restart while the job has at most
- * (HI-LO+1)/4 steps. 0 when the range holds fewer than 3 ports. */
+ * of the step), half the range away from MASTER_PORT: never the step's own
+ * MASTER_PORT or DDPRT_PORT, and no other step's of the same job and restart
+ * while the job has at most floor((HI-LO+1)/4) steps. 0 when the range holds
+ * fewer than 3 ports. */
 uint16_t dt_ras_port(uint32_t job_id, uint32_t step_id, uint32_t restart_count, uint16_t lo,
                      uint16_t hi);
 

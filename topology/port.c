@@ -82,15 +82,22 @@ uint16_t dt_runtime_port(uint32_t job_id, uint32_t step_id, uint32_t restart_cou
 
 /* Half a span from MASTER_PORT, counting up: a step's NCCL RAS port is no
  * MASTER_PORT or DDPRT_PORT of its job (of the same restart) while the job
- * has run fewer than (HI-LO+1)/4 steps. */
+ * has run fewer than floor(span/4) steps. For some spans the slot meets the
+ * step's own DDPRT_PORT (or MASTER_PORT): then the next free one is taken. */
 uint16_t dt_ras_port(uint32_t job_id, uint32_t step_id, uint32_t restart_count, uint16_t lo,
                      uint16_t hi)
 {
-    uint64_t span = (uint64_t)hi - lo + 1;
+    uint64_t span = (uint64_t)hi - lo + 1, slot;
+    uint16_t master = dt_master_port(job_id, step_id, restart_count, lo, hi),
+             runtime = dt_runtime_port(job_id, step_id, restart_count, lo, hi), port;
 
     if (span < 3)
         return 0; /* MASTER_PORT and DDPRT_PORT have it */
-    return (uint16_t)(lo + (job_base(job_id, restart_count, span) + span / 2 + step_id) % span);
+    slot = job_base(job_id, restart_count, span) + span / 2 + step_id;
+    do
+        port = (uint16_t)(lo + slot++ % span);
+    while (port == master || port == runtime);
+    return port;
 }
 
 int dt_resv_ports_nth(const char *spec, unsigned n, uint16_t *port, dt_error_t *err)

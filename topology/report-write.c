@@ -264,14 +264,16 @@ static void json_u32_list(FILE *f, const uint32_t *v, size_t n)
 }
 
 /* "name":PORT, or "name":null and "name_note":"how it will be chosen" */
+/* "63966 (step 0, ...)": the number, and the words as its note. */
 static void json_port(FILE *f, const char *name, const char *text)
 {
-    int known = text[0] >= '0' && text[0] <= '9';
+    size_t digits = strspn(text, "0123456789");
+    const char *note = text + digits + (digits && text[digits] == ' ');
 
-    fprintf(f, ",\"%s\":%s", name, known ? text : "null");
-    if (!known) {
+    fprintf(f, ",\"%s\":%.*s", name, digits ? (int)digits : 4, digits ? text : "null");
+    if (*note) {
         fprintf(f, ",\"%s_note\":", name);
-        json_str(f, text);
+        json_str(f, note);
     }
 }
 

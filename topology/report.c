@@ -106,8 +106,13 @@ static int new_kind(dt_report_t *r, const char *path, unsigned ntasks, dt_error_
     if (rc < 0)
         return -1;
     if (dt_plan_node(&k->node, &req, &k->plan, err) < 0) {
+        static const char srun_hint[] = "(--ddp-topo=auto,share)";
         char msg[sizeof(err->text)];
-        snprintf(msg, sizeof(msg), "%s", err->text);
+        size_t n = strlen(err->text), h = sizeof(srun_hint) - 1;
+        int hint = n >= h && !strcmp(err->text + n - h, srun_hint);
+        /* the plan's hint is the job's flag; the report's own comes first here */
+        snprintf(msg, sizeof(msg), "%.*s%s", (int)(hint ? n - h : n), err->text,
+                 hint ? "(--share here; --ddp-topo=auto,share in the job)" : "");
         topo_seterr(err, "plan for %s: %s", path[0] ? path : "this machine", msg);
         dt_node_free(&k->node);
         return -1;
@@ -189,7 +194,10 @@ static int port_text(const dt_report_t *r, int runtime, char *buf, size_t len, d
         port = runtime ? dt_runtime_port(job, step, restart, lo, hi)
                        : dt_master_port(job, step, restart, lo, hi);
     }
-    if (port)
+    if (port && rc && o->job_id >= 0) /* derived: for one step only */
+        snprintf(buf, len, "%u (step %ld%s)", port, o->step_id < 0 ? 0 : o->step_id,
+                 o->step_id < 0 ? ", the job's first srun; --step-id N for another" : "");
+    else if (port)
         snprintf(buf, len, "%u", port);
     else if (runtime && lo == hi)
         snprintf(buf, len, "not set: port range %u-%u holds MASTER_PORT only", lo, hi);

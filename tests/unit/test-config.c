@@ -30,7 +30,7 @@ static void config_refused(const char *arg, const char *why)
 {
     ddp_config_t c;
     char err[DDP_ERRLEN] = "";
-    char *av[] = {(char *)"default=env", (char *)arg};
+    char *av[] = {(char *)"check=/opt/ddp-check", (char *)arg};
 
     ok(ddp_config_parse(2, av, &c, err, sizeof(err)) < 0 && strstr(err, why) &&
        strstr(err, arg), "plugstack '%s' refused: %s", arg, err);
@@ -119,6 +119,23 @@ int main(void)
         ok(ddp_config_parse(1, (char *[]){arg}, &c, err, sizeof(err)) < 0 &&
            strstr(err, "longer than 511 characters"),
            "a 1020-character topology pattern is refused, never cut: %.60s...", err);
+    }
+    {
+        /* a second value is an error naming both, never last-wins; the first stays */
+        char *av4[] = {(char *)"default=off", (char *)"bind=none", (char *)"default=env"};
+        ok(ddp_config_parse(3, av4, &c, err, sizeof(err)) < 0 &&
+           strstr(err, "arguments 'default=off' and 'default=env': the same setting twice") &&
+           c.default_mode == DDP_MODE_OFF, "default=off bind=none default=env refused: %s", err);
+        config_refused("check=/x", "'check=/opt/ddp-check' and 'check=/x'");
+    }
+    {
+        char *av5[] = {(char *)"default=env", (char *)"disable"};
+        ok(ddp_config_parse(2, av5, &c, err, sizeof(err)) == 0 && c.disabled &&
+           c.default_mode == DDP_MODE_ENV, "disable: the soft-off is read");
+        ok(ddp_config_parse(0, NULL, &c, err, sizeof(err)) == 0 && !c.disabled,
+           "not disabled by default");
+        config_refused("disable=yes", "unknown argument");
+        config_refused("colour=blue", ", disable)");
     }
     port_range_warning();
     {

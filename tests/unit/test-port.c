@@ -83,13 +83,21 @@ static int ras_apart(uint16_t lo, uint16_t hi, uint32_t job, uint32_t restart)
         uint16_t r = dt_ras_port(job, s, restart, lo, hi);
         apart &= r >= lo && r <= hi && !taken[r];
     }
+    /* and never the same step's own, however many steps (a whole small span) */
+    for (uint32_t s = 0; s < (span < 1100 ? span : 1100); s++) {
+        uint16_t r = dt_ras_port(job, s, restart, lo, hi);
+        apart &= r != dt_master_port(job, s, restart, lo, hi) &&
+                 r != dt_runtime_port(job, s, restart, lo, hi);
+    }
     return apart;
 }
 
 static void ras_ports(void)
 {
+    /* spans of 2 x odd (6, 10, 1002) put the slot on the step's own DDPRT_PORT */
     static const uint16_t ranges[][2] = {{61000, 65535}, {20000, 20002}, {1024, 65535},
-                                         {30000, 30999}, {40000, 40006}};
+                                         {30000, 30999}, {40000, 40006}, {20000, 20005},
+                                         {40000, 40009}, {30000, 31001}};
     int apart = 1;
 
     for (size_t k = 0; k < sizeof(ranges) / sizeof(ranges[0]); k++)

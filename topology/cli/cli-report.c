@@ -51,6 +51,13 @@ typedef struct {
     long nodes, ntasks, ntasks_per_node, gpus_per_node;
     const char *tasks_per_node, *dist, *gpus, *format;
     char *script;  /* the --sbatch file: option values point into it */
+    const char *script_path;
+    /* from the job script only: SLURM's meanings, resolved with the layout */
+    long gpus_per_task, gpus_total;
+    const char *mode;  /* the script's --ddp-topo value, NULL: none */
+    int mode_seen;
+    char read[600], ignored[300]; /* the #SBATCH options read / ignored */
+    char gpus_note[200];          /* how the script's GPU request was placed */
     int gpu_list[DT_NODE_MAX_GPUS];
 } report_args_t;
 
@@ -228,6 +235,120 @@ static int apply(report_args_t *a, const char *name, const char *val)
     return 0;
 }
 
+/* Append " --name=val" to a list, once: a long value (a 1,000-host
+ * nodelist) is elided, and a full list ends in " ..." rather than losing
+ * options silently. */
+static void note(char *buf, size_t len, const char *name, const char *val)
+{
+    char item[128];
+    size_t o = strlen(buf), n;
+    const char *seen = buf;
+
+    snprintf(item, sizeof(item), " -%s%s%s%.*s%s", name[1] ? "-" : "", name,
+             val ? (name[1] ? "=" : " ") : "", val ? 60 : 0, val ? val : "",
+             val && strlen(val) > 60 ? "..." : "");
+    n = strlen(item);
+    while ((seen = strstr(seen, item)) && seen[n] && seen[n] != ' ')
+        seen += n; /* " --gres=gpu:4" is no repeat of " --gres=gpu:40" */
+    if ((o >= 4 && !strcmp(buf + o - 4, " ...")) || seen)
+        return;
+    if (o + n + 5 > len)
+        snprintf(buf + o, len - o, " ...");
+    else
+        memcpy(buf + o, item, n + 1);
+}
+
+/* The GPU count of a --gres list ("gpu:4", "gpu:a100:4,nvme:1"), *n kept
+ * without a gpu item: SLURM counts a bare "gpu" or "gpu:TYPE" as one. */
+static int gres_gpus(const char *val, long *n)
+{
+    char item[128];
+
+    for (const char *p = val; *p; p += strcspn(p, ",") + (p[strcspn(p, ",")] == ',')) {
+        const char *colon;
+        snprintf(item, sizeof(item), "%.*s", (int)strcspn(p, ","), p);
+        if (strncmp(item, "gpu", 3) || (item[3] && item[3] != ':'))
+            continue;
+        colon = strrchr(item, ':');
+        if (!colon || !isdigit((unsigned char)colon[1]))
+            *n = 1; /* "gpu" or "gpu:a100" */
+        else if (number("--gres=gpu", colon + 1, DT_NODE_MAX_GPUS, n) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* The mode item of MODE[,FLAGS] in any order ("verbose,env"); none: auto,
+ * as the plugin reads it. */
+static const char *mode_name(const char *val)
+{
+    for (const char *p = val; *p; p += strcspn(p, ",") + (p[strcspn(p, ",")] == ','))
+        if ((!strncmp(p, "env", 3) || !strncmp(p, "off", 3)) && (!p[3] || p[3] == ','))
+            return !strncmp(p, "env", 3) ? "env" : "off";
+    return "auto";
+}
+
+/* --ddp-topo=MODE[,FLAGS] of the script: the mode the job will run in.
+ * A bare --ddp-topo is auto. */
+static void script_mode(report_args_t *a, const char *val)
+{
+    a->mode_seen = 1;
+    a->mode = val ? val : "auto";
+    a->o.share_gpus = strstr(a->mode, "share") != NULL;
+    if (strcmp(mode_name(a->mode), "auto"))
+        a->o.bind = 0; /* env and off never bind: the report shows no binding */
+}
+
+/* sbatch options the report does not model but that can change what the
+ * job gets: named in the report so nobody trusts it blindly. */
+static int may_matter(const char *name)
+{
+    static const char *const names[] = {
+        "cpu-bind", "gpu-bind", "mem-bind", "hint", "exclusive", "gpus-per-socket",
+        "ntasks-per-gpu", "ntasks-per-socket", "ntasks-per-core", "cpus-per-gpu",
+        "sockets-per-node", "cores-per-socket", "threads-per-core", "B", "extra-node-info",
+        "constraint", "C", "exclude", "x", "overcommit", "O", "spread-job", "gres-flags",
+        "tres-per-task", "use-min-nodes", "nodefile", "F",
+        "cpus-per-task", "c"}; /* the report splits all of a node's cores */
+
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (!strcmp(name, names[i]))
+            return 1;
+    return 0;
+}
+
+/* One #SBATCH option with SLURM's meaning where it differs from the
+ * report's own flag (--gpus is a count there, an index list here); noted
+ * as read, or as ignored where it may matter. */
+static int apply_sbatch(report_args_t *a, const char *name, const char *val)
+{
+    int rc = 0;
+
+#define IS(s) (!strcmp(name, s))
+    if (may_matter(name)) {
+        note(a->ignored, sizeof(a->ignored), name, val);
+        return 0;
+    }
+    if (IS("ddp-topo"))
+        script_mode(a, val);
+    else if (!val)
+        return 0;
+    else if (IS("gres"))
+        rc = gres_gpus(val, &a->gpus_per_node);
+    else if (IS("gpus") || IS("G"))
+        rc = number("--gpus", strchr(val, ':') ? strrchr(val, ':') + 1 : val,
+                    (long)DT_NODE_MAX_GPUS * DT_HOSTLIST_MAX_HOSTS, &a->gpus_total);
+    else if (IS("gpus-per-task"))
+        rc = number("--gpus-per-task", strchr(val, ':') ? strrchr(val, ':') + 1 : val,
+                    DT_NODE_MAX_GPUS, &a->gpus_per_task);
+    else if ((rc = apply(a, name, val)) == 1)
+        return 0; /* --time, --job-name: no part of the plan */
+#undef IS
+    if (rc == 0)
+        note(a->read, sizeof(a->read), name, val);
+    return rc;
+}
+
 /* Tokens of an #SBATCH line, as many as it has: --opt=value, --opt value,
  * -N 2, -N2. */
 static int apply_sbatch_line(report_args_t *a, char *line)
@@ -256,7 +377,7 @@ static int apply_sbatch_line(report_args_t *a, char *line)
         }
         if (!strcmp(name, "share"))
             a->o.share_gpus = 1;
-        else if (val && apply(a, name, val) < 0)
+        else if (apply_sbatch(a, name, val) < 0)
             return -1;
         tok = next;
     }
@@ -274,6 +395,7 @@ static int read_sbatch(report_args_t *a, const char *path)
 
     if (a->script)
         return cli_fail("report", "--sbatch given twice", "pass one job script");
+    a->script_path = path;
     if (dt_read_file(path, DT_INPUT_MAX, &a->script, &len, &err) < 0) {
         snprintf(why, sizeof(why), "job script %s", err.text);
         return cli_fail("report", why, "check the --sbatch path");
@@ -307,6 +429,47 @@ static int from_slurm_env(report_args_t *a)
     return (v = getenv("SLURM_JOB_ID")) ? number("SLURM_JOB_ID", v, UINT32_MAX, &a->o.job_id) : 0;
 }
 
+static int node_count(const report_args_t *a, long *n)
+{
+    dt_error_t err;
+    char **h;
+    size_t len;
+
+    if (dt_hostlist_expand(a->nodelist, &h, &len, &err) < 0)
+        return cli_fail("report", err.text, "write ranges as prefix[1-4,7]");
+    dt_hostlist_free(h, len);
+    *n = (long)len;
+    return 0;
+}
+
+/* The script's --gpus-per-task and --gpus as GPUs per node: what SLURM
+ * allocates on free nodes, said in the report since it is an assumption. */
+static int script_gpus(report_args_t *a)
+{
+    char *end;
+    long nodes, per = strtol(a->tasks_per_node, &end, 10);
+
+    if (a->gpus_per_task > 0) {
+        if (*end || !isdigit((unsigned char)a->tasks_per_node[0]))
+            return cli_fail("report", "--gpus-per-task with uneven tasks per node",
+                            "pass --gpus-per-node N for the largest node");
+        a->gpus_per_node = a->gpus_per_task * per;
+        snprintf(a->gpus_note, sizeof(a->gpus_note), "--gpus-per-task=%ld x %ld tasks = %ld",
+                 a->gpus_per_task, per, a->gpus_per_node);
+    } else if (a->gpus_total > 0) {
+        if (node_count(a, &nodes) < 0)
+            return -1;
+        a->gpus_per_node = (a->gpus_total + nodes - 1) / nodes;
+        snprintf(a->gpus_note, sizeof(a->gpus_note), "--gpus=%ld over %ld node%s: %s%ld (an "
+                 "assumption: SLURM may place them unevenly)", a->gpus_total, nodes,
+                 nodes == 1 ? "" : "s", a->gpus_total % nodes ? "at most " : "", a->gpus_per_node);
+    }
+    if (a->gpus_per_node > DT_NODE_MAX_GPUS)
+        return cli_fail("report", "the job script asks for more GPUs per node than a node has",
+                        "check --gpus and --gpus-per-task");
+    return 0;
+}
+
 /* Turn the counts given into a node list and a tasks-per-node spec. */
 static int resolve_layout(report_args_t *a)
 {
@@ -321,12 +484,10 @@ static int resolve_layout(report_args_t *a)
         snprintf(a->tpn, sizeof(a->tpn), "%ld", a->ntasks_per_node);
         a->tasks_per_node = a->tpn;
     } else if (!a->tasks_per_node && a->ntasks > 0) {
-        char **h;
-        size_t n;
-        if (dt_hostlist_expand(a->nodelist, &h, &n, &err) < 0)
-            return cli_fail("report", err.text, "write ranges as prefix[1-4,7]");
-        dt_hostlist_free(h, n);
-        long per = a->ntasks / (long)n, extra = a->ntasks % (long)n;
+        long n;
+        if (node_count(a, &n) < 0)
+            return -1;
+        long per = a->ntasks / n, extra = a->ntasks % n;
         if (per == 0)
             return cli_fail("report", "fewer tasks than nodes", "pass --ntasks >= --nodes");
         if (extra)
@@ -343,6 +504,8 @@ static int resolve_layout(report_args_t *a)
     a->o.tasks_per_node = a->tasks_per_node;
     if (dt_dist_parse(a->dist, &a->o.dist, &err) < 0)
         return cli_fail("report", err.text, "pass --distribution block, cyclic or plane=N");
+    if (script_gpus(a) < 0)
+        return -1;
     if (a->gpus_per_node > 0 && !a->o.gpus) {
         for (long i = 0; i < a->gpus_per_node; i++) /* at most DT_NODE_MAX_GPUS */
             a->gpu_list[i] = (int)i;
@@ -389,12 +552,43 @@ static int parse_report_args(report_args_t *a, int argc, char **argv)
             a->o.share_gpus = 1;
             continue;
         }
+        if (c == 0 && !strncmp(opts[idx].name, "gpus", 4))
+            a->gpus_per_task = a->gpus_total = 0; /* the command line's GPUs win */
         if (apply(a, c == 0 ? opts[idx].name : name, optarg) < 0)
             return -1;
     }
     if (optind != argc)
         return cli_fail("report", "unexpected argument", "see 'ddp-topo report --help'");
     return 0;
+}
+
+/* What the report took from the job script, and what it means for the job:
+ * before the report (text) or on stderr (json, dot: their output stays pure). */
+static void script_summary(const report_args_t *a, FILE *f)
+{
+    const char *m = a->mode;
+
+    fprintf(f, "read from %s:%s\n", a->script_path, a->read[0] ? a->read : " no option that "
+            "changes the plan");
+    if (a->ignored[0])
+        fprintf(f, "ignored from %s (could change the plan):%s\n", a->script_path, a->ignored);
+    if (a->gpus_per_node > 0 && !a->gpus_note[0])
+        fprintf(f, "GPUs: %ld per node: the first %ld GPU indexes, as SLURM allocates them on "
+                "a free node\n", a->gpus_per_node, a->gpus_per_node);
+    else if (a->gpus_note[0])
+        fprintf(f, "GPUs per node: %s; the first GPU indexes, as SLURM allocates them on a "
+                "free node\n", a->gpus_note);
+    if (!a->mode_seen)
+        fprintf(f, "warning: %s never asks for ddp-topo: the job gets nothing from it unless "
+                "the site's plugstack default= applies (add '#SBATCH --ddp-topo=auto' to the "
+                "script, or submit with 'sbatch --ddp-topo=auto %s')\n", a->script_path,
+                a->script_path);
+    else
+        fprintf(f, "mode %s (--ddp-topo=%s): %s\n", mode_name(m), m,
+                !strcmp(mode_name(m), "env") ? "variables only, no GPU or CPU binding"
+                : !strcmp(mode_name(m), "off") ? "the job gets nothing from ddp-topo"
+                : "variables and binding");
+    fflush(f); /* before any error on stderr */
 }
 
 int cmd_report(int argc, char **argv)
@@ -420,6 +614,8 @@ int cmd_report(int argc, char **argv)
         else if (strcmp(a.format, "text"))
             rc = cli_fail("report", "--format must be text, json or dot", "e.g. --format json");
     }
+    if (rc == 0 && a.script_path)
+        script_summary(&a, fmt == DT_FORMAT_TEXT ? stdout : stderr);
     if (rc == 0 && dt_report_build(&a.o, &report, &err) < 0)
         rc = cli_fail("report", err.text, "check the node list, task layout and topology");
     if (rc == 0) {

@@ -12,5 +12,6 @@ int cli_fail(const char *what, const char *why, const char *todo);
 
 int cmd_report(int argc, char **argv);
 int cmd_detect(int argc, char **argv);
+int cmd_check_config(int argc, char **argv);
 
 #endif

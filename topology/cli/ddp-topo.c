@@ -24,6 +24,7 @@
     "  report              dry run: every rank's GPU, cores, NIC; allreduce cost\n" \
     "  detect              describe this node's topology, or save it (-o FILE)\n" \
     "  check               preflight, in every task: srun --ddp-topo=auto ddp-topo check\n" \
+    "  check-config 'ARGS' check a plugstack.conf line's ddp_topo.so arguments\n" \
     "\n" \
     "Run 'ddp-topo COMMAND --help' for a command's options; see ddp-topo(1).\n"
 
@@ -350,7 +351,8 @@ int main(int argc, char **argv)
         int (*run)(int, char **);
     } cmds[] = {{"hostnames", cmd_hostnames}, {"hostlist", cmd_hostlist},
                 {"layout", cmd_layout}, {"port", cmd_port},
-                {"report", cmd_report}, {"detect", cmd_detect}, {"check", cmd_check}};
+                {"report", cmd_report}, {"detect", cmd_detect}, {"check", cmd_check},
+                {"check-config", cmd_check_config}};
 
     if (argc == 2 && !strcmp(argv[1], "--version")) {
         puts("ddp-topo " PACKAGE_VERSION);

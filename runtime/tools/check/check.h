@@ -14,7 +14,7 @@
 #define CK_MAGIC 0x6464636bu /* "ddck": a probe's hello on MASTER_PORT */
 
 typedef struct {
-    double timeout;   /* --timeout: one probe's bound; the rendezvous waits twice as long */
+    double timeout;   /* --timeout: one probe's bound; the rendezvous waits ck_meet_seconds */
     double seconds;   /* --seconds: how long each link streams */
     size_t bytes;     /* --bytes: one node group's allreduce */
 } ck_opts_t;
@@ -40,6 +40,21 @@ void ck_local(ck_rank_t *me, const drt_env_t *env);
 /* connect to ip:port from src (0: the kernel's choice) within timeout s;
  * the socket, or -1 with why set */
 int ck_connect(uint32_t src, uint32_t ip, uint16_t port, double timeout, char *why, size_t len);
+/* The link phase: a connect within --timeout, --seconds of streaming, and
+ * CK_LINK_SLACK for the count to come back; the world's collectives wait
+ * longer than that (ck_meet_seconds), so no rank gives up on a slow peer. */
+#define CK_LINK_SLACK 0.5
+static inline double ck_link_seconds(const ck_opts_t *o)
+{
+    return o->timeout + o->seconds + CK_LINK_SLACK;
+}
+/* DDPRT_TIMEOUT: a rank late by a whole probe timeout is still met, and
+ * the link phase always fits */
+static inline double ck_meet_seconds(const ck_opts_t *o)
+{
+    double link = ck_link_seconds(o) + 1;
+    return 2 * o->timeout > link ? 2 * o->timeout : link;
+}
 /* a listening TCP socket on any address, port 0: the kernel's choice */
 int ck_listen(uint16_t port, uint16_t *got, char *why, size_t len);
 double ck_now(void);

@@ -51,7 +51,8 @@ static int number(const char *opt, const char *v, double lo, double hi, double *
 /* 0, 1 for --help or --version (printed), -1 on a bad option */
 static int parse(int argc, char **argv, ck_opts_t *o)
 {
-    for (int i = 1; i < argc; i++) {
+    /* every option takes a value: they come in pairs */
+    for (int i = 1; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         double x;
         if (!strcmp(a, "--help") || !strcmp(a, "-h"))
@@ -71,7 +72,6 @@ static int parse(int argc, char **argv, ck_opts_t *o)
         } else {
             return usage_fail("option", a, "unknown");
         }
-        i++;
     }
     return 0;
 }
@@ -95,8 +95,7 @@ static ck_master_t *before_meeting(ck_rank_t *me, const drt_env_t *env, const ck
     me->link_port = port;
     *group_fd = env->local_rank == 0 ? ck_listen(0, &port, why, sizeof(why)) : -1;
     me->group_port = port;
-    /* a rank late by a whole probe timeout must still be met */
-    snprintf(timeout, sizeof(timeout), "%g", 2 * o->timeout);
+    snprintf(timeout, sizeof(timeout), "%g", ck_meet_seconds(o));
     setenv("DDPRT_TIMEOUT", timeout, 1);
     return m;
 }
@@ -154,7 +153,7 @@ int main(int argc, char **argv)
     t_init = ck_now();
     if (drt_init(&world, &err) < 0) {
         /* only a rendezvous that ran its course says who never came */
-        int waited = ck_now() - t_init >= 1.9 * o.timeout;
+        int waited = ck_now() - t_init >= 0.95 * ck_meet_seconds(&o);
         seen = calloc(env.world_size, 1);
         ck_master_stop(m, seen);
         if (env.rank == 0)

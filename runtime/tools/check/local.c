@@ -216,7 +216,7 @@ static int check_ib(ck_rank_t *me, const char *nic)
     }
     if (!ports)
         return -1;
-    ck_note(me, 1, "NIC %s: no port is ACTIVE (port 1: %s)", nic, state);
+    ck_note(me, 1, "NIC %s: no port is ACTIVE (the last one read: %s)", nic, state);
     return 0;
 }
 
@@ -325,9 +325,19 @@ static int try_connect(int fd, const struct sockaddr_in *to, double deadline)
         return 0;
     if (errno != EINPROGRESS)
         return -1;
-    while (poll(&p, 1, (int)((deadline - ck_now()) * 1000) + 1) == 0)
-        if (ck_now() >= deadline)
+    /* a wait past the deadline is no wait (poll's negative timeout is
+     * forever); an interrupted poll is polled again */
+    for (;;) {
+        double left = deadline - ck_now();
+        int r;
+        if (left <= 0)
             return errno = ETIMEDOUT, -1;
+        r = poll(&p, 1, (int)(left * 1000) + 1);
+        if (r > 0)
+            break;
+        if (r < 0 && errno != EINTR)
+            return -1;
+    }
     if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &len) < 0 || e)
         return errno = e ? e : errno, -1;
     return 0;

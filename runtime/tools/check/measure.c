@@ -191,22 +191,28 @@ static double stream(int fd, double seconds, double deadline)
     return have == sizeof(got) ? (double)got / (ck_now() - t0) / 1e9 : 0;
 }
 
-static void link_out(ck_rank_t *me, const ck_rank_t *to, int by_host, const ck_opts_t *o)
+/* Every rank's link phase ends at `end`, the same for all (they enter it
+ * together, after a barrier), so a failed link never leaves its peers
+ * waiting in the next collective for longer than the world's timeout. */
+static void link_out(ck_rank_t *me, const ck_rank_t *to, int by_host, const ck_opts_t *o,
+                     double end)
 {
     uint32_t src = by_host ? me->host_ip : 0, dst = by_host ? to->host_ip : to->data_ip;
     char why[128];
-    int fd = ck_connect(src, dst, (uint16_t)to->link_port, o->timeout, why, sizeof(why));
+    double bound = end - o->seconds - CK_LINK_SLACK - ck_now();
+    int fd = bound > 0 ? ck_connect(src, dst, (uint16_t)to->link_port, bound, why, sizeof(why))
+                       : (snprintf(why, sizeof(why), "no time left to connect"), -1);
 
     if (fd < 0) {
         ck_note(me, 1, "link to %s (rank %u) failed: %s", to->host, to->rank, why);
         me->link_gbps = 0;
         return;
     }
-    me->link_gbps = stream(fd, o->seconds, ck_now() + o->seconds + o->timeout);
+    me->link_gbps = stream(fd, o->seconds, end);
     close(fd);
     if (me->link_gbps <= 0)
         ck_note(me, 1, "link to %s (rank %u): the stream was not received within %.1f s",
-                to->host, to->rank, o->seconds + o->timeout);
+                to->host, to->rank, o->seconds + CK_LINK_SLACK);
 }
 
 void ck_link(drt_comm_t *world, ck_rank_t *all, const ck_opts_t *o, int listen_fd)
@@ -215,12 +221,13 @@ void ck_link(drt_comm_t *world, ck_rank_t *all, const ck_opts_t *o, int listen_f
     uint32_t nodes = (uint32_t)drt_node_count(world);
     ck_rank_t *me = &all[drt_rank(world)];
     int to = rail_peer(all, size, nodes, me, 1), from = rail_peer(all, size, nodes, me, -1);
-    sink_t s = {listen_fd, ck_now() + 2 * o->timeout + o->seconds};
+    double end = ck_now() + ck_link_seconds(o);
+    sink_t s = {listen_fd, end};
     pthread_t thread;
     int started = from >= 0 && pthread_create(&thread, NULL, sink, &s) == 0;
 
     if (to >= 0)
-        link_out(me, &all[to], ck_host_addresses(all, size), o);
+        link_out(me, &all[to], ck_host_addresses(all, size), o, end);
     if (started)
         pthread_join(thread, NULL);
 }

@@ -117,9 +117,15 @@ int ck_report(const ck_rank_t *all, int n, const drt_env_t *env, double seconds)
             continue;
         cell(nodebw, sizeof(nodebw), d->node, d->node_pred);
         cell(linkbw, sizeof(linkbw), d->link, d->link_pred);
-        if (verdict(d, all, node_med, link_med, v, sizeof(v)) && strlen(named) + 80 < sizeof(named))
-            snprintf(named + strlen(named), sizeof(named) - strlen(named), "%s%s",
-                     bad++ ? ", " : "", all[d->first].host);
+        /* every bad node counts; names while they fit, then "..." */
+        if (verdict(d, all, node_med, link_med, v, sizeof(v)) && bad++ >= 0) {
+            size_t o = strlen(named);
+            if (o + 80 < sizeof(named))
+                snprintf(named + o, sizeof(named) - o, "%s%s", bad > 1 ? ", " : "",
+                         all[d->first].host);
+            else if (!strstr(named, ", ..."))
+                snprintf(named + o, sizeof(named) - o, ", ...");
+        }
         printf("%4d %-16s %5u  %-18s %-18s %s\n", i, all[d->first].host, d->ranks, nodebw,
                linkbw, v);
     }
