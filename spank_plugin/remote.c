@@ -6,13 +6,14 @@
  * SLURM drains the node when the batch step's init/user_init fails and
  * silently ignores a failing user_init of an srun step, while a failing
  * task_init fails just the job, with our message on the user's terminal. */
-#define _GNU_SOURCE /* vasprintf */
+#define _GNU_SOURCE /* vasprintf, sched_getaffinity */
 #include "config.h"
 #include "plugin.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -309,9 +310,12 @@ static void plan_binding(spank_t sp)
     /* the interface goes toward the MASTER_ADDR the tasks get: a user's wins */
     if (getenv_alloc(sp, DRT_ENV_MASTER_ADDR, &user) == ESPANK_SUCCESS)
         req.master_addr = user;
+    /* env would give the ranks past the GPU count a device that does not
+     * exist: there the plan's own advice (share, fewer tasks) stands alone */
     if (ddp_bind_user_init(sp, &req, err, sizeof(err)) < 0)
-        step_fail("binding on %s: %s (--ddp-topo=env sets the environment without binding)",
-                  step.node_name, err);
+        step_fail("binding on %s: %s%s", step.node_name, err,
+                  strstr(err, " ranks but ") ? ""
+                  : " (--ddp-topo=env sets the environment without binding)");
     free(user);
 }
 
@@ -535,37 +539,107 @@ static int run_check(spank_t sp, uint32_t rank)
     return -1;
 }
 
+/* The task's program as a launcher's name, NULL for any other program. */
+static const char *task_launcher(spank_t sp)
+{
+    int argc = 0;
+    char **argv = NULL;
+
+    if (spank_get_item(sp, S_JOB_ARGV, &argc, &argv) != ESPANK_SUCCESS)
+        return NULL;
+    return ddp_launcher_name(argc, argv);
+}
+
+/* Rank 0 only: srun gathers every task's stderr on one terminal, so this
+ * is once per step, however many nodes. */
+static void warn_program(spank_t sp, const char *launcher)
+{
+    int argc = 0;
+    char **argv = NULL;
+    const char *word;
+
+    if (spank_get_item(sp, S_JOB_ARGV, &argc, &argv) == ESPANK_SUCCESS &&
+        (word = ddp_mode_as_program(argc, argv)))
+        fprintf(stderr, "ddp-topo: --ddp-topo %s: the space made '%s' the program (write "
+                "--ddp-topo=%s)\n", word, word, word);
+    if (!launcher)
+        return;
+    fprintf(stderr, "ddp-topo: warning: the program is a launcher (%s): its workers would all "
+            "share one task's rank, GPUs and ports. Drop the launcher and start one task per "
+            "GPU: srun --ntasks-per-node=GPUS --ddp-topo=auto python train.py (ddp-topo already "
+            "sets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT). Meanwhile the "
+            "launcher keeps %s and OMP_NUM_THREADS is left alone.\n", launcher,
+            step.req.mode == DDP_MODE_AUTO ? "the CPU affinity SLURM gave its task, not one "
+            "rank's share" : "its CPU affinity");
+}
+
+/* A step error fails every task; the plugin says it once per node (local
+ * rank 0), with how many tasks it stops there. */
+static int fail_task(int local)
+{
+    if (local == 0 && step.local_count > 1)
+        slurm_error("ddp-topo: %s (all %u tasks on %s fail with this)", step.error,
+                    step.local_count, step.node_name[0] ? step.node_name : "this node");
+    else if (local <= 0)
+        slurm_error("ddp-topo: %s", step.error);
+    return -1;
+}
+
+/* Mode auto binds the task; a launcher keeps the CPUs it had, since its
+ * workers would all share one rank's cores. */
+static int bind_task(spank_t sp, uint32_t rank, int local, bool launcher)
+{
+    char err[DDP_ERRLEN];
+    cpu_set_t before;
+    bool keep = launcher && sched_getaffinity(0, sizeof(before), &before) == 0;
+
+    if (ddp_bind_task_init(sp, local, err, sizeof(err)) < 0) {
+        slurm_error("ddp-topo: binding rank %u on %s: %s", rank, step.node_name, err);
+        return -1;
+    }
+    if (keep && sched_setaffinity(0, sizeof(before), &before) < 0) {
+        slurm_error("ddp-topo: rank %u on %s: cannot give the launcher back its CPUs: %s",
+                    rank, step.node_name, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 int ddp_remote_task_init(spank_t sp)
 {
-    uint32_t rank;
-    int local;
+    uint32_t rank = 1;
+    int local = -1;
+    bool ids = spank_get_item(sp, S_TASK_GLOBAL_ID, &rank) == ESPANK_SUCCESS &&
+               spank_get_item(sp, S_TASK_ID, &local) == ESPANK_SUCCESS;
+    const char *launcher;
+    bool user_omp;
 
-    if (step.disabled && spank_get_item(sp, S_TASK_GLOBAL_ID, &rank) == ESPANK_SUCCESS &&
-        rank == 0)
+    if (step.disabled && ids && rank == 0)
         fprintf(stderr, "ddp-topo: warning: --ddp-topo is disabled on this cluster by the "
                 "admin (plugstack.conf 'disable'): nothing was set for this step (no RANK, "
                 "MASTER_ADDR or binding; set them yourself or ask your admin)\n");
     if (!step.active)
         return 0;
-    if (step.error[0]) {
-        slurm_error("ddp-topo: %s", step.error);
-        return -1;
-    }
-    if (spank_get_item(sp, S_TASK_GLOBAL_ID, &rank) != ESPANK_SUCCESS ||
-        spank_get_item(sp, S_TASK_ID, &local) != ESPANK_SUCCESS) {
+    launcher = task_launcher(sp);
+    if (ids && rank == 0)
+        warn_program(sp, step.error[0] ? NULL : launcher);
+    if (step.error[0])
+        return fail_task(local);
+    if (!ids) {
         slurm_error("ddp-topo: cannot read this task's rank from SLURM (report this)");
         return -1;
     }
-    if (step.req.mode == DDP_MODE_AUTO) {
-        char err[DDP_ERRLEN];
-        /* before set_task_env: a CPU binding's OMP_NUM_THREADS wins over cpus per task */
-        if (ddp_bind_task_init(sp, local, err, sizeof(err)) < 0) {
-            slurm_error("ddp-topo: binding rank %u on %s: %s", rank, step.node_name, err);
-            return -1;
-        }
-    }
+    user_omp = task_has(sp, DRT_ENV_OMP_THREADS);
+    /* before set_task_env: a CPU binding's OMP_NUM_THREADS wins over cpus per task */
+    if (step.req.mode == DDP_MODE_AUTO && bind_task(sp, rank, local, launcher != NULL) < 0)
+        return -1;
     if (set_task_env(sp, rank, local) < 0)
         return -1;
+    /* a launcher sets its workers' threads itself (torchrun: 1 per worker) */
+    if (launcher && !user_omp && spank_unsetenv(sp, DRT_ENV_OMP_THREADS) != ESPANK_SUCCESS) {
+        slurm_error("ddp-topo: cannot unset OMP_NUM_THREADS in the task");
+        return -1;
+    }
     if (rank == 0)
         warn_ports(sp);
     /* a binding left undone is said even without verbose, once per node */
