@@ -9,7 +9,7 @@ ok() { # ok CONDITION-EXIT-STATUS DESCRIPTION
     local rc=$1; shift
     tap_n=$((tap_n + 1))
     if [ "$rc" = 0 ]; then echo "ok $tap_n - $*"
-    else echo "not ok $tap_n - $*"; tap_failed=$((tap_failed + 1)); fi
+    else echo "not ok $tap_n - $*"; tap_failed=$((tap_failed + 1)); return 1; fi
 }
 
 is() { # is GOT WANT DESCRIPTION; returns 1 when they differ, to show more
