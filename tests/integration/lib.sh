@@ -97,8 +97,9 @@ plugstack() {
 # SLURM 22.05's progress lines (info level: -Q silences them). srun and
 # salloc print them on stderr only when a job or step has to wait, e.g. for
 # the CPUs of a job still completing on a loaded machine, so a comparison of
-# output holding them fails at random. Exactly these; errors and warnings stay.
-SLURM_PROGRESS='^(srun|salloc): (job [0-9]+ queued and waiting for resources|job [0-9]+ has been allocated resources|Job [0-9]+ step creation (temporarily|still) disabled, retrying \(.*\)|Step created for (job [0-9]+|StepId=[0-9.]+)|Pending job allocation [0-9]+|Granted job allocation [0-9]+|Waiting for resource configuration|Nodes [^ ]+ are ready for job|Relinquishing job allocation [0-9]+)$'
+# output holding them fails at random ("has been revoked" follows the
+# relinquishing line now and then). Exactly these; errors and warnings stay.
+SLURM_PROGRESS='^(srun|salloc): (job [0-9]+ queued and waiting for resources|job [0-9]+ has been allocated resources|Job [0-9]+ step creation (temporarily|still) disabled, retrying \(.*\)|Step created for (job [0-9]+|StepId=[0-9.]+)|Pending job allocation [0-9]+|Granted job allocation [0-9]+|Waiting for resource configuration|Nodes [^ ]+ are ready for job|Relinquishing job allocation [0-9]+|Job allocation [0-9]+ has been revoked\.)$'
 
 # drop_progress COMMAND...: run it with SLURM's progress lines taken out of
 # its stderr; its exit status. A pipeline, not >(...): it returns only once
