@@ -9,6 +9,7 @@
 #include <limits.h>
 #include <net/if.h>
 #include <sched.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,9 @@ typedef struct {
     ddp_gpu_numbering_t numbering;
     char numbering_why[200];
     char gpu_skip[512];         /* why SLURM's GPUs are left as SLURM set them */
+    char admin[600];            /* the admin's part of a failure, "" when the user's */
+    char path[512];             /* the topology file, "" for live */
+    char node_name[256];
     /* this task's (slurmstepd forks one process per task) */
     const dt_rank_plan_t *task_rank;
     bool task_slurm_bound;
@@ -41,6 +45,34 @@ typedef struct {
 } bind_state_t;
 
 static bind_state_t state;
+
+/* A failure only the admin can fix (a node's topology file): said apart
+ * from what the user can do meanwhile. */
+static void admin_fix(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void admin_fix(const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(state.admin, sizeof(state.admin), fmt, ap);
+    va_end(ap);
+}
+
+const char *ddp_bind_admin_fix(void)
+{
+    return state.admin[0] ? state.admin : NULL;
+}
+
+/* The topology describes another machine than this node. */
+static void wrong_topology(void)
+{
+    if (state.path[0])
+        admin_fix("regenerate %.300s on %s: ddp-topo detect -o %.300s", state.path,
+                  state.node_name, state.path);
+    else
+        admin_fix("hwloc's view of %s differs from SLURM's: compare slurm.conf's node line with "
+                  "lstopo there", state.node_name);
+}
 
 /* SLURM's allocated cores ("0-3,8") as the PUs of those cores. Core ids
  * past the topology's are dropped: a warning, not an error, unless none is
@@ -66,6 +98,7 @@ static int allocated_cpus(spank_t sp, hwloc_bitmap_t cpus, char *err, size_t err
     if (dropped == n) {
         snprintf(err, errlen, "none of the allocated cores %.100s exists in the topology "
                  "(%u cores): is the topology file this node's?", cores, state.node.ncores);
+        wrong_topology();
         return -1;
     }
     return 0;
@@ -178,10 +211,14 @@ static int load_file(const char *pattern, const char *node_name, char *err, size
     gethostname(host, sizeof(host) - 1);
     if (dt_topology_path(pattern, node_name, host, path, sizeof(path), &derr) < 0) {
         snprintf(err, errlen, "%s", derr.text);
+        admin_fix("fix topology= on the ddp_topo.so line of plugstack.conf; ddp-topo "
+                  "check-config tests a line");
         return -1;
     }
     if (!realpath(path, real)) {
         snprintf(err, errlen, "topology file '%.300s': %s", path, strerror(errno));
+        admin_fix("save this node's topology there: ddp-topo detect -o %.300s, on %s", path,
+                  node_name);
         return -1;
     }
     if (ddp_trusted_path("topology file", path, real, "keep topology files where only root can "
@@ -189,8 +226,10 @@ static int load_file(const char *pattern, const char *node_name, char *err, size
         return -1;
     if (dt_node_load_file(&state.node, real, &derr) < 0) {
         snprintf(err, errlen, "%s", derr.text);
+        admin_fix("regenerate it: ddp-topo detect -o %.300s, on %s", path, node_name);
         return -1;
     }
+    snprintf(state.path, sizeof(state.path), "%s", path);
     return 0;
 }
 
@@ -202,6 +241,8 @@ static int load_topology(const char *pattern, const char *node_name, char *err, 
         return load_file(pattern, node_name, err, errlen);
     if (dt_node_load_live(&state.node, &derr) < 0) {
         snprintf(err, errlen, "%s", derr.text);
+        admin_fix("check hwloc on %s (lstopo), or give the plugin topology files made with "
+                  "ddp-topo detect -o", node_name);
         return -1;
     }
     return 0;
@@ -226,6 +267,47 @@ static void find_ifname(spank_t sp, const char *master, unsigned nnodes)
         snprintf(state.ifname, sizeof(state.ifname), "%s", ifc.name);
 }
 
+/* The plan's NICs, checked once per node in user_init: NCCL_IB_HCA can
+ * name InfiniBand and RoCE HCAs only. */
+static int check_nics(char *err, size_t errlen)
+{
+    for (unsigned r = 0; r < state.plan.nranks; r++) {
+        const dt_rank_plan_t *rp = &state.plan.ranks[r];
+        const dt_nic_t *n = rp->nic >= 0 ? &state.node.nics[rp->nic] : NULL;
+        if (!n) {
+            snprintf(err, errlen, "local rank %u has no NIC to bind to (the topology lists "
+                     "none; drop nic from --ddp-topo-bind)", r);
+            return -1;
+        }
+        if (!n->name[0] || (n->kind != DT_NIC_INFINIBAND && n->kind != DT_NIC_ROCE)) {
+            snprintf(err, errlen, "local rank %u's NIC %s is %s: NCCL_IB_HCA names "
+                     "InfiniBand/RoCE HCAs only (drop nic from --ddp-topo-bind)", r,
+                     n->name[0] ? n->name : n->busid,
+                     n->name[0] ? dt_nic_kind_name(n->kind) : "unnamed in the topology");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* CPUs the topology has and this machine lacks fail every task's
+ * sched_setaffinity alike: said once per node instead. */
+static int check_cpus(char *err, size_t errlen)
+{
+    long have = sysconf(_SC_NPROCESSORS_CONF);
+
+    for (unsigned r = 0; have > 0 && r < state.plan.nranks; r++) {
+        int last = hwloc_bitmap_last(state.plan.ranks[r].cpus);
+        if (last >= have) {
+            snprintf(err, errlen, "local rank %u's CPUs end at %d but this node has %ld CPUs: "
+                     "the topology is another machine's", r, last, have);
+            wrong_topology();
+            return -1;
+        }
+    }
+    return 0;
+}
+
 int ddp_bind_user_init(spank_t sp, const ddp_bind_request_t *req, char *err, size_t errlen)
 {
     hwloc_bitmap_t cpus = hwloc_bitmap_alloc();
@@ -235,6 +317,7 @@ int ddp_bind_user_init(spank_t sp, const ddp_bind_request_t *req, char *err, siz
 
     memset(&state, 0, sizeof(state));
     state.bind = req->bind;
+    snprintf(state.node_name, sizeof(state.node_name), "%s", req->node_name);
     find_ifname(sp, req->master_addr, req->nnodes);
     if (!cpus || load_topology(req->topology, req->node_name, err, errlen) < 0)
         goto fail;
@@ -251,6 +334,13 @@ int ddp_bind_user_init(spank_t sp, const ddp_bind_request_t *req, char *err, siz
     preq.cpus = rc == 0 ? cpus : NULL;
     if (dt_plan_node(&state.node, &preq, &state.plan, &derr) < 0) {
         snprintf(err, errlen, "binding plan: %s", derr.text);
+        if (strstr(derr.text, "this node's?"))
+            wrong_topology();
+        goto fail;
+    }
+    if (((state.bind & DT_BIND_CPU) && check_cpus(err, errlen) < 0) ||
+        ((state.bind & DT_BIND_NIC) && check_nics(err, errlen) < 0)) {
+        dt_node_plan_free(&state.plan);
         goto fail;
     }
     hwloc_bitmap_free(cpus);
@@ -436,21 +526,10 @@ static int bind_mem(const dt_rank_plan_t *rp, int local, char *err, size_t errle
     return 0;
 }
 
-static int bind_nic(spank_t sp, const dt_rank_plan_t *rp, int local, char *err, size_t errlen)
+static int bind_nic(spank_t sp, const dt_rank_plan_t *rp)
 {
-    const dt_nic_t *n = rp->nic >= 0 ? &state.node.nics[rp->nic] : NULL;
+    const dt_nic_t *n = &state.node.nics[rp->nic];
 
-    if (!n) {
-        snprintf(err, errlen, "local rank %d has no NIC to bind to (the topology lists none)",
-                 local);
-        return -1;
-    }
-    if (!n->name[0] || (n->kind != DT_NIC_INFINIBAND && n->kind != DT_NIC_ROCE)) {
-        snprintf(err, errlen, "local rank %d's NIC %s is %s: NCCL_IB_HCA names InfiniBand/RoCE "
-                 "HCAs only (drop nic from the binding)", local, n->name[0] ? n->name : n->busid,
-                 n->name[0] ? dt_nic_kind_name(n->kind) : "unnamed in the topology");
-        return -1;
-    }
     return ddp_setenvf(sp, "NCCL_IB_HCA", 1, "=%s:%d", n->name, n->port);
 }
 
@@ -491,8 +570,10 @@ int ddp_bind_task_init(spank_t sp, int local, char *err, size_t errlen)
         return -1;
     if ((state.bind & DT_BIND_MEM) && bind_mem(rp, local, err, errlen) < 0)
         return -1;
-    if ((state.bind & DT_BIND_NIC) && bind_nic(sp, rp, local, err, errlen) < 0)
+    if ((state.bind & DT_BIND_NIC) && bind_nic(sp, rp) < 0) {
+        snprintf(err, errlen, "cannot set NCCL_IB_HCA in the task");
         return -1;
+    }
     return 0;
 }
 

@@ -89,6 +89,8 @@ int ddp_check_task(spank_t sp, const char *checker, char *err, size_t errlen);
 int ddp_bind_user_init(spank_t sp, const ddp_bind_request_t *req, char *err, size_t errlen);
 int ddp_bind_task_init(spank_t sp, int local, char *err, size_t errlen);
 void ddp_bind_describe(int local, char *buf, size_t len);
+/* the admin's part of the last ddp_bind_user_init failure, NULL: the user's */
+const char *ddp_bind_admin_fix(void);
 unsigned ddp_bind_warnings(const char ***warnings);
 /* 0 when only root can change real (file's path without symlinks) and every
  * directory above it; else -1 and err names what, the culprit and advice */

@@ -298,6 +298,23 @@ static void find_ports(spank_t sp)
         step.runtime_busy = port_in_use(step.runtime_port);
 }
 
+/* What failed, then who fixes it: the admin (a node's topology) apart
+ * from what the user can do meanwhile. `env` would give the ranks past the
+ * GPU count a device that does not exist: there the plan's own advice
+ * (share, fewer tasks) stands alone. */
+static void bind_failed(const char *err)
+{
+    static const char env[] = "--ddp-topo=env sets the environment without binding";
+    const char *admin = ddp_bind_admin_fix();
+
+    if (admin)
+        step_fail("binding on %s: %s (admin: %s; you: %s)", step.node_name, err, admin, env);
+    else if (strstr(err, " ranks but "))
+        step_fail("binding on %s: %s", step.node_name, err);
+    else
+        step_fail("binding on %s: %s (%s)", step.node_name, err, env);
+}
+
 static void plan_binding(spank_t sp)
 {
     char err[DDP_ERRLEN], *user = NULL;
@@ -310,12 +327,8 @@ static void plan_binding(spank_t sp)
     /* the interface goes toward the MASTER_ADDR the tasks get: a user's wins */
     if (getenv_alloc(sp, DRT_ENV_MASTER_ADDR, &user) == ESPANK_SUCCESS)
         req.master_addr = user;
-    /* env would give the ranks past the GPU count a device that does not
-     * exist: there the plan's own advice (share, fewer tasks) stands alone */
     if (ddp_bind_user_init(sp, &req, err, sizeof(err)) < 0)
-        step_fail("binding on %s: %s%s", step.node_name, err,
-                  strstr(err, " ranks but ") ? ""
-                  : " (--ddp-topo=env sets the environment without binding)");
+        bind_failed(err);
     free(user);
 }
 
