@@ -332,8 +332,9 @@ int ddp_bind_user_init(spank_t sp, const ddp_bind_request_t *req, char *err, siz
     if ((rc = allocated_cpus(sp, cpus, err, errlen)) < 0)
         goto fail;
     preq.cpus = rc == 0 ? cpus : NULL;
-    if (dt_plan_node(&state.node, &preq, &state.plan, &derr) < 0) {
-        snprintf(err, errlen, "binding plan: %s", derr.text);
+    if ((rc = dt_plan_node(&state.node, &preq, &state.plan, &derr)) < 0) {
+        snprintf(err, errlen, "binding plan: %s%s", derr.text,
+                 rc == DT_PLAN_NEEDS_SHARE ? " (--ddp-topo=auto,share)" : "");
         if (strstr(derr.text, "this node's?"))
             wrong_topology();
         goto fail;

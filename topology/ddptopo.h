@@ -258,7 +258,13 @@ typedef struct {
     char **warnings;
 } dt_node_plan_t;
 
-/* Which GPU, cores, memory node and NIC each local rank of a node gets. */
+/* dt_plan_node's return for more ranks than GPUs without share_gpus: its
+ * text states the fact only, and each caller adds how its users allow
+ * sharing (the plugin's --ddp-topo=auto,share, the report's --share). */
+#define DT_PLAN_NEEDS_SHARE (-2)
+
+/* Which GPU, cores, memory node and NIC each local rank of a node gets:
+ * 0, -1 on error, or DT_PLAN_NEEDS_SHARE. */
 int dt_plan_node(const dt_node_t *node, const dt_plan_request_t *req, dt_node_plan_t *plan,
                  dt_error_t *err);
 void dt_node_plan_free(dt_node_plan_t *plan);
@@ -294,6 +300,9 @@ typedef struct {
     unsigned ngpus;
     unsigned bind;              /* DT_BIND_* */
     int share_gpus;
+    unsigned cpus_per_task;     /* 0: the ranks split all of a node's cores; else each
+                                 * node's cores are those SLURM allocates for
+                                 * tasks x cpus_per_task CPUs (dt_report_cores) */
     double model_params;        /* 0: no allreduce prediction */
     unsigned dtype_bytes;
     const char *dtype;
@@ -310,6 +319,10 @@ typedef struct dt_report dt_report_t;
 int dt_report_build(const dt_report_opts_t *opts, dt_report_t **report, dt_error_t *err);
 int dt_report_write(const dt_report_t *report, dt_format_t format, FILE *out);
 void dt_report_free(dt_report_t *report);
+/* One line on the cores the report's plans split: the cores SLURM allocates
+ * for --cpus-per-task (an assumption: SLURM 22.05's default on an idle
+ * node), or all of each node's. */
+void dt_report_cores(const dt_report_t *report, char *buf, size_t len);
 
 #ifdef __cplusplus
 }

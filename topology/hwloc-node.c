@@ -182,13 +182,13 @@ static int add_gpus(dt_node_t *node, hwloc_topology_t topo)
         memcpy(g->busid, node->pci[idx].busid, sizeof(g->busid));
         model = hwloc_obj_get_info_by_name(o, "GPUModel"); /* our own export adds it */
         g->index = osdev_gpu_index(o, &model);
-        if (!model)
-            model = hwloc_obj_get_info_by_name(o, "PCIDevice");
         if (model)
             topo_copy_elided(g->model, sizeof(g->model), model);
+        else if ((model = hwloc_obj_get_info_by_name(o, "PCIDevice")))
+            topo_gpu_name(g->model, sizeof(g->model), model);
         else
-            snprintf(g->model, sizeof(g->model), "[%04x:%04x]", o->attr->pcidev.vendor_id,
-                     o->attr->pcidev.device_id);
+            topo_gpu_name_ids(g->model, sizeof(g->model), o->attr->pcidev.vendor_id,
+                              o->attr->pcidev.device_id);
         if (nvidia && g->index < 0)
             all_indexed = 0;
     }

@@ -18,6 +18,12 @@ void topo_strv_free(char **v, unsigned n);
  * "..." when it does not fit, so a cut is never silent. */
 void topo_copy_elided(char *dst, size_t size, const char *src);
 
+/* pciname.c: a GPU's model from a PCI database name ("GA100 [A100 SXM4
+ * 40GB]" -> "A100 SXM4 40GB"), or from its ids: pci.ids's name where
+ * libpci knows them (returns 1), else "NVIDIA [10de:20b0]" (returns 0). */
+void topo_gpu_name(char *dst, size_t size, const char *name);
+int topo_gpu_name_ids(char *dst, size_t size, unsigned vendor, unsigned device);
+
 /* node.c: shared by the loaders */
 int topo_numa_of(const dt_node_t *node, hwloc_const_bitmap_t locality);
 int topo_package_of(const dt_node_t *node, hwloc_const_bitmap_t locality);

@@ -199,6 +199,7 @@ static int add_gpu(loader_t *l, xmlNodePtr pcinode, int pci)
     dt_node_t *node = l->node;
     dt_gpu_t *g;
     long sm = -1, dev = -1;
+    unsigned vendor;
 
     if (node->ngpus == DT_NODE_MAX_GPUS) {
         topo_seterr(l->err, "topology file '%.300s': more than %u GPUs (is the file this "
@@ -209,7 +210,9 @@ static int add_gpu(loader_t *l, xmlNodePtr pcinode, int pci)
         return -1;
     g = memset(&node->gpus[node->ngpus++], 0, sizeof(*g));
     g->pci = pci;
-    g->nvidia = node->pci[pci].vendor == 0x10de || node->pci[pci].vendor == 0;
+    /* a file without vendor ids is NVIDIA's (NCCL lists only its GPUs) */
+    vendor = node->pci[pci].vendor ? node->pci[pci].vendor : 0x10de;
+    g->nvidia = vendor == 0x10de;
     memcpy(g->busid, node->pci[pci].busid, sizeof(g->busid));
     for (xmlNodePtr c = pcinode->children; c; c = c->next)
         if (is(c, "gpu")) {
@@ -219,11 +222,13 @@ static int add_gpu(loader_t *l, xmlNodePtr pcinode, int pci)
     g->index = (int)dev;
     if (dev < 0)
         l->all_indexed = 0;
+    /* pci.ids's name, else what the file says: the compute capability, the ids */
+    if (node->pci[pci].device &&
+        topo_gpu_name_ids(g->model, sizeof(g->model), vendor, node->pci[pci].device))
+        return 0;
     if (sm > 0)
         snprintf(g->model, sizeof(g->model), "NVIDIA sm_%ld", sm);
-    else if (node->pci[pci].device)
-        snprintf(g->model, sizeof(g->model), "NVIDIA [10de:%04x]", node->pci[pci].device);
-    else
+    else if (!node->pci[pci].device)
         snprintf(g->model, sizeof(g->model), "NVIDIA (model not in file)");
     return 0;
 }

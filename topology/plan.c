@@ -173,10 +173,11 @@ static int plan_gpus(const dt_node_t *node, const dt_plan_request_t *req, dt_nod
         return 0;
     }
     if (plan->nranks > n && !req->share_gpus) {
+        /* the fact only: each caller adds the flag its users write */
         topo_seterr(err, "%u ranks but %u GPU%s on this node: one rank per GPU, or allow "
-                    "sharing (--ddp-topo=auto,share)", plan->nranks, n, n == 1 ? "" : "s");
+                    "sharing", plan->nranks, n, n == 1 ? "" : "s");
         free(g);
-        return -1;
+        return DT_PLAN_NEEDS_SHARE;
     }
     if (plan->nranks < n) {
         warn(plan, "%u of %u GPUs left idle", n - plan->nranks, n);
@@ -419,9 +420,9 @@ int dt_plan_node(const dt_node_t *node, const dt_plan_request_t *req, dt_node_pl
         topo_seterr(err, "plan: out of memory");
         return -1;
     }
-    if (plan_gpus(node, req, plan, err) < 0) {
+    if ((rc = plan_gpus(node, req, plan, err)) < 0) {
         dt_node_plan_free(plan);
-        return -1;
+        return rc;
     }
     rc = plan_cpus(node, req, plan);
     if (rc < 0) {

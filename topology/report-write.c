@@ -45,6 +45,21 @@ static void visible_list(FILE *f, const dt_node_plan_t *plan)
         fprintf(f, "%s%d", i ? "," : "", plan->visible[i]);
 }
 
+/* The text table's model column: MODEL_W characters at most, a cut shown
+ * by "..." and never inside a UTF-8 character. */
+#define MODEL_W 28
+static const char *model_cell(char cell[MODEL_W + 1], const char *model)
+{
+    size_t n = MODEL_W - 3;
+
+    if (strlen(model) <= MODEL_W)
+        return model;
+    while (n && ((unsigned char)model[n] & 0xc0) == 0x80)
+        n--;
+    snprintf(cell, MODEL_W + 1, "%.*s...", (int)n, model);
+    return cell;
+}
+
 static const char *nic_label(const dt_nic_t *n)
 {
     return n->name[0] ? n->name : n->busid;
@@ -78,11 +93,12 @@ static void text_kind(FILE *f, const kind_t *k)
     for (unsigned r = 0; r < k->plan.nranks; r++) {
         const dt_rank_plan_t *rp = &k->plan.ranks[r];
         const dt_gpu_t *g = rp->gpu >= 0 ? &node->gpus[rp->gpu] : NULL;
-        char *cpus = cpu_list(rp->cpus), gpu[16], numa[16];
+        char *cpus = cpu_list(rp->cpus), gpu[16], numa[16], model[MODEL_W + 1];
         snprintf(gpu, sizeof(gpu), "%d", g ? g->index : -1);
         snprintf(numa, sizeof(numa), "%u", rp->numa >= 0 ? node->numa[rp->numa].os_index : 0);
-        fprintf(f, "  %-5u %-4s %-13s %-28.28s %-20s %-4s %-12s %s\n", r, g ? gpu : "-",
-                g ? g->busid : "-", g ? g->model : "-", cpus ? cpus : "(out of memory)",
+        fprintf(f, "  %-5u %-4s %-13s %-28s %-20s %-4s %-12s %s\n", r, g ? gpu : "-",
+                g ? g->busid : "-", g ? model_cell(model, g->model) : "-",
+                cpus ? cpus : "(out of memory)",
                 rp->numa >= 0 ? numa : "-", rp->nic >= 0 ? nic_label(&node->nics[rp->nic]) : "-",
                 rp->nic >= 0 ? dt_path_name(rp->nic_path) : "-");
         free(cpus);
@@ -199,6 +215,10 @@ static void json_rank_plan(FILE *f, const dt_node_t *node, const dt_rank_plan_t 
         json_str(f, g->busid);
         fprintf(f, ",\"model\":");
         json_str(f, g->model);
+        /* the ids too, for admins: the model may be pci.ids's name */
+        if (g->pci >= 0 && node->pci[g->pci].device)
+            fprintf(f, ",\"vendor_id\":\"%04x\",\"device_id\":\"%04x\"",
+                    node->pci[g->pci].vendor, node->pci[g->pci].device);
         fputc('}', f);
     } else {
         fprintf(f, "null");

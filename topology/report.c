@@ -89,11 +89,142 @@ static int tasks_per_node(dt_report_t *r, dt_error_t *err)
     return dt_layout_build(&r->layout, r->counts, n, r->opts.dist, err);
 }
 
+/* Take core c: its CPUs (PUs) count against `need`, and against *avail. */
+static void take_core(const dt_node_t *node, unsigned c, char *taken, hwloc_bitmap_t out,
+                      long *need, long *avail)
+{
+    long pus = hwloc_bitmap_weight(node->cores[c]);
+
+    taken[c] = 1;
+    hwloc_bitmap_or(out, out, node->cores[c]);
+    *need = *need > pus ? *need - pus : 0;
+    if (avail)
+        *avail = *avail > pus ? *avail - pus : 0;
+}
+
+/* The cores SLURM 22.05 allocates on an idle node for `need` CPUs, tasks of
+ * `cpt` CPUs (select/cons_tres, CR_Core, the default distribution:
+ * cons_common/dist_tasks.c, _cyclic_sync_core_bitmap): with cpt > 1 each
+ * socket's CPUs, rounded down to whole tasks, are filled socket after
+ * socket, so a task's CPUs stay on one socket; what is left (all of it for
+ * cpt 1) is taken one core per socket in turn. sock[c]: core c's socket. */
+static void slurm_cores(const dt_node_t *node, const unsigned *sock, long need, unsigned cpt,
+                        char *taken, hwloc_bitmap_t out)
+{
+    unsigned nsock = node->npackages + 1;
+    long before = 0;
+
+    for (unsigned s = 0; cpt > 1 && s < nsock; s++) {
+        long avail = 0;
+        for (unsigned c = 0; c < node->ncores; c++)
+            avail += sock[c] == s ? hwloc_bitmap_weight(node->cores[c]) : 0;
+        avail -= avail % cpt;
+        for (unsigned c = 0; c < node->ncores && avail > 0 && need > 0; c++)
+            if (sock[c] == s)
+                take_core(node, c, taken, out, &need, &avail);
+    }
+    while (need > 0 && need != before) { /* stops when no core is left */
+        before = need;
+        for (unsigned s = 0; s < nsock && need > 0; s++) {
+            unsigned c = 0;
+            while (c < node->ncores && (taken[c] || sock[c] != s))
+                c++;
+            if (c < node->ncores)
+                take_core(node, c, taken, out, &need, NULL);
+        }
+    }
+}
+
+/* The node's CPUs for ntasks x cpus_per_task into `out`, or an error
+ * when the node has fewer. */
+static int allocated_cpus(const dt_node_t *node, unsigned ntasks, unsigned cpt,
+                          hwloc_bitmap_t out, dt_error_t *err)
+{
+    unsigned *sock = calloc(node->ncores + 1, sizeof(unsigned));
+    char *taken = calloc(node->ncores + 1, 1);
+    long have = 0, need = (long)ntasks * cpt;
+    int rc = -1;
+
+    if (!sock || !taken) {
+        topo_seterr(err, "report: out of memory");
+        goto out;
+    }
+    for (unsigned c = 0; c < node->ncores; c++) {
+        have += hwloc_bitmap_weight(node->cores[c]);
+        sock[c] = node->npackages;
+        for (unsigned p = 0; p < node->npackages && sock[c] == node->npackages; p++)
+            if (hwloc_bitmap_isincluded(node->cores[c], node->packages[p]))
+                sock[c] = p;
+    }
+    if (need > have) {
+        topo_seterr(err, "--cpus-per-task=%u x %u tasks = %ld CPUs, but the node has %ld CPUs "
+                    "(%u cores) (fewer tasks per node, or a smaller --cpus-per-task)", cpt, ntasks,
+                    need, have, node->ncores);
+        goto out;
+    }
+    slurm_cores(node, sock, need, cpt, taken, out);
+    rc = 0;
+out:
+    free(sock);
+    free(taken);
+    return rc;
+}
+
+/* Cores of a node with a CPU in `cpus`. */
+static unsigned cores_in(const dt_node_t *node, hwloc_const_bitmap_t cpus)
+{
+    unsigned n = 0;
+
+    for (unsigned c = 0; cpus && c < node->ncores; c++)
+        n += hwloc_bitmap_intersects(node->cores[c], cpus);
+    return n;
+}
+
+/* Cores of a node kind the plan gave out: a core counts when any rank has
+ * one of its CPUs. */
+static unsigned cores_used(const kind_t *k)
+{
+    hwloc_bitmap_t all = hwloc_bitmap_alloc();
+    unsigned n;
+
+    for (unsigned r = 0; all && r < k->plan.nranks; r++)
+        hwloc_bitmap_or(all, all, k->plan.ranks[r].cpus);
+    n = cores_in(&k->node, all);
+    hwloc_bitmap_free(all);
+    return n;
+}
+
+/* Plan one kind of node, as the plugin would: over the cores the step is
+ * allocated (all of them without --cpus-per-task). */
+static int plan_kind(dt_report_t *r, kind_t *k, dt_error_t *err)
+{
+    dt_plan_request_t req = {.nranks = k->ntasks, .gpus = r->opts.gpus, .ngpus = r->opts.ngpus,
+                             .share_gpus = r->opts.share_gpus};
+    hwloc_bitmap_t cpus = r->opts.cpus_per_task ? hwloc_bitmap_alloc() : NULL;
+    unsigned given;
+    int rc = -1;
+
+    if (r->opts.cpus_per_task && !cpus)
+        topo_seterr(err, "report: out of memory");
+    else if (!cpus || allocated_cpus(&k->node, k->ntasks, r->opts.cpus_per_task, cpus, err) == 0) {
+        req.cpus = cpus;
+        rc = dt_plan_node(&k->node, &req, &k->plan, err);
+        if (rc == DT_PLAN_NEEDS_SHARE) /* the report's flag, then the job's */
+            snprintf(err->text + strlen(err->text), sizeof(err->text) - strlen(err->text),
+                     " (--share here; --ddp-topo=auto,share in the job)");
+    }
+    /* ranks take the cores near their GPUs: others allocated may stay idle */
+    if (rc == 0 && cpus && (given = cores_used(k)) < cores_in(&k->node, cpus))
+        topo_strv_addf(&k->plan.warnings, &k->plan.nwarnings, "%u of the %u allocated cores "
+                       "left idle: no rank's GPU is near them", cores_in(&k->node, cpus) - given,
+                       cores_in(&k->node, cpus));
+    hwloc_bitmap_free(cpus);
+    return rc;
+}
+
 static int new_kind(dt_report_t *r, const char *path, unsigned ntasks, dt_error_t *err)
 {
     kind_t *k, *nk = realloc(r->kinds, (r->nkinds + 1) * sizeof(kind_t));
-    dt_plan_request_t req = {.nranks = ntasks, .gpus = r->opts.gpus, .ngpus = r->opts.ngpus,
-                             .share_gpus = r->opts.share_gpus};
     int rc;
 
     if (!nk)
@@ -105,14 +236,9 @@ static int new_kind(dt_report_t *r, const char *path, unsigned ntasks, dt_error_
     rc = path[0] ? dt_node_load_file(&k->node, path, err) : dt_node_load_live(&k->node, err);
     if (rc < 0)
         return -1;
-    if (dt_plan_node(&k->node, &req, &k->plan, err) < 0) {
-        static const char srun_hint[] = "(--ddp-topo=auto,share)";
+    if (plan_kind(r, k, err) < 0) {
         char msg[sizeof(err->text)];
-        size_t n = strlen(err->text), h = sizeof(srun_hint) - 1;
-        int hint = n >= h && !strcmp(err->text + n - h, srun_hint);
-        /* the plan's hint is the job's flag; the report's own comes first here */
-        snprintf(msg, sizeof(msg), "%.*s%s", (int)(hint ? n - h : n), err->text,
-                 hint ? "(--share here; --ddp-topo=auto,share in the job)" : "");
+        snprintf(msg, sizeof(msg), "%s", err->text);
         topo_seterr(err, "plan for %s: %s", path[0] ? path : "this machine", msg);
         dt_node_free(&k->node);
         return -1;
@@ -369,4 +495,38 @@ int dt_report_build(const dt_report_opts_t *opts, dt_report_t **out, dt_error_t 
         predict(r);
     *out = r;
     return 0;
+}
+
+/* Cores SLURM allocates to a kind's tasks; 0 on out of memory. */
+static unsigned allocated_cores(const kind_t *k, unsigned cpt)
+{
+    hwloc_bitmap_t cpus = hwloc_bitmap_alloc();
+    dt_error_t err;
+    unsigned n = cpus && allocated_cpus(&k->node, k->ntasks, cpt, cpus, &err) == 0
+                 ? cores_in(&k->node, cpus) : 0;
+
+    hwloc_bitmap_free(cpus);
+    return n;
+}
+
+void dt_report_cores(const dt_report_t *r, char *buf, size_t len)
+{
+    const kind_t *k = &r->kinds[r->kind_of[0]];
+    unsigned same = 1, cpt = r->opts.cpus_per_task;
+    char first[48] = "";
+
+    for (unsigned i = 0; i < r->nkinds; i++) /* the same core count: the same allocation */
+        same &= r->kinds[i].node.ncores == k->node.ncores &&
+                (!cpt || r->kinds[i].ntasks == k->ntasks);
+    if (!same) /* nodes of other topologies or task counts differ */
+        snprintf(first, sizeof(first), " on the first node");
+    if (!cpt)
+        snprintf(buf, len, "cores: all %u of each node%s (--exclusive or a whole-node partition); "
+                 "SLURM gives each task 1 CPU on a shared node unless -c is given",
+                 k->node.ncores, first);
+    else
+        snprintf(buf, len, "cores: --cpus-per-task=%u x %u tasks = %u CPUs: %u of %u cores per "
+                 "node%s, as SLURM 22.05 allocates them on an idle node (a socket's cores before "
+                 "the next's); the job binds within the cores SLURM really gives it", cpt,
+                 k->ntasks, cpt * k->ntasks, allocated_cores(k, cpt), k->node.ncores, first);
 }

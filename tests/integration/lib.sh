@@ -108,6 +108,18 @@ drop_progress() {
     { "$@" 2>&1 >&3 3>&- | sed -E "/$SLURM_PROGRESS/d" >&2 3>&-; return "${PIPESTATUS[0]}"; } 3>&1
 }
 
+# golden_models: stdin, a report, with its text table's GPU model column as
+# this build can show it. Golden reports name GPUs by libpci from the pinned
+# pci.ids excerpt tests/golden/pci.ids (DDP_TOPO_PCI_IDS); a build without
+# libpci shows PCI ids there, so that column is left out of the comparison.
+golden_models() {
+    if grep -q '^#define HAVE_LIBPCI 1' "$top_builddir/config.h"; then
+        cat
+    else
+        awk '/^  [0-9]+ /{ $0 = substr($0, 1, 27) "(model: built without libpci)" substr($0, 56) } 1'
+    fi
+}
+
 # Submit a batch job and wait for it; 0 when it COMPLETED.
 run_batch() {
     local id

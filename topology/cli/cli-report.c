@@ -15,7 +15,7 @@
     "The dry run: what each rank of a job gets (GPU, cores, NUMA node, NIC),\n" \
     "rails, MASTER_ADDR/PORT, DDPRT_PORT, predicted allreduce time and warnings.\n" \
     "\n" \
-    "Job (else #SBATCH lines of --sbatch, else SLURM's variables inside an allocation):\n" \
+    "Job (else --sbatch FILE's options, else SLURM's variables in an allocation):\n" \
     "  -w, --nodelist LIST        nodes, SLURM hostlist (default node[1-N])\n" \
     "  -N, --nodes N              number of nodes when no --nodelist\n" \
     "      --ntasks-per-node N    ranks per node\n" \
@@ -24,7 +24,10 @@
     "  -m, --distribution D       block (default), cyclic, plane=N\n" \
     "      --gpus-per-node N      the first N GPUs of each node are allocated\n" \
     "      --gpus LIST            allocated GPU indexes, e.g. 0,1,4,5\n" \
-    "      --sbatch FILE          read the job's #SBATCH lines\n" \
+    "  -c, --cpus-per-task C      ranks split the cores SLURM allocates for C CPUs\n" \
+    "                             per task (default: all of a node's cores)\n" \
+    "      --sbatch FILE          read the job's #SBATCH lines and its first srun\n" \
+    "                             line's options (they override #SBATCH)\n" \
     "Topology and binding:\n" \
     "      --topology SRC         live (default), FILE, or PATTERN with %%n / %%h\n" \
     "      --bind LIST            none, or gpu,cpu,mem,nic (default gpu,cpu)\n" \
@@ -43,6 +46,8 @@
     "nodes, GPUs, NICs, NVLink. With -o FILE: write this node's topology as\n" \
     "hwloc XML, for the plugin's per-node cache (plugstack topology=PATTERN).\n"
 
+enum { SRC_SBATCH, SRC_SRUN };
+
 typedef struct {
     dt_report_opts_t o;
     char tpn[64];
@@ -56,7 +61,11 @@ typedef struct {
     long gpus_per_task, gpus_total;
     const char *mode;  /* the script's --ddp-topo value, NULL: none */
     int mode_seen;
-    char read[600], ignored[300]; /* the #SBATCH options read / ignored */
+    int src;           /* SRC_SBATCH or SRC_SRUN: the options being read */
+    int srun_gpus;     /* the srun line asked for GPUs: the script's are replaced */
+    int srun_tpn;      /* the srun line gave its tasks per node */
+    long srun_line, nsrun; /* the first srun line of the script, how many */
+    char read[2][600], ignored[2][300]; /* options read / ignored, by SRC_* */
     char gpus_note[200];          /* how the script's GPU request was placed */
     int gpu_list[DT_NODE_MAX_GPUS];
 } report_args_t;
@@ -197,7 +206,14 @@ static int apply(report_args_t *a, const char *name, const char *val)
                       DT_NODE_MAX_GPUS, &a->gpus_per_node);
     else if (IS("gpus"))
         return gpu_list(a, val);
-    else if (IS("topology"))
+    else if (IS("cpus-per-task") || IS("c")) {
+        if (number("--cpus-per-task", val, UINT16_MAX, &v) < 0) /* SLURM's is 16-bit */
+            return -1;
+        if (v == 0)
+            return cli_fail("report", "--cpus-per-task '0' is not a CPU count",
+                            "pass 1 or more, or leave it out to split all cores");
+        a->o.cpus_per_task = (unsigned)v;
+    } else if (IS("topology"))
         a->o.topology = val;
     else if (IS("bind") || IS("ddp-topo-bind")) {
         if (dt_bind_parse(val, &a->o.bind, &err) < 0)
@@ -295,8 +311,6 @@ static void script_mode(report_args_t *a, const char *val)
     a->mode_seen = 1;
     a->mode = val ? val : "auto";
     a->o.share_gpus = strstr(a->mode, "share") != NULL;
-    if (strcmp(mode_name(a->mode), "auto"))
-        a->o.bind = 0; /* env and off never bind: the report shows no binding */
 }
 
 /* sbatch options the report does not model but that can change what the
@@ -309,12 +323,32 @@ static int may_matter(const char *name)
         "sockets-per-node", "cores-per-socket", "threads-per-core", "B", "extra-node-info",
         "constraint", "C", "exclude", "x", "overcommit", "O", "spread-job", "gres-flags",
         "tres-per-task", "use-min-nodes", "nodefile", "F",
-        "cpus-per-task", "c"}; /* the report splits all of a node's cores */
+        /* node sharing (--share is SLURM's old --oversubscribe), not GPU sharing */
+        "oversubscribe", "s", "share"};
 
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (!strcmp(name, names[i]))
             return 1;
     return 0;
+}
+
+/* What an srun option replaces rather than overrides: its GPU request
+ * all of the script's, its task count the script's tasks per node. */
+static void srun_replaces(report_args_t *a, const char *name, const char *val)
+{
+#define IS(s) (!strcmp(name, s))
+    if (!a->srun_gpus && val && ((IS("gres") && strstr(val, "gpu")) || IS("gpus") || IS("G") ||
+                                 IS("gpus-per-task") || IS("gpus-per-node"))) {
+        a->srun_gpus = 1;
+        a->gpus_per_task = a->gpus_total = a->gpus_per_node = 0;
+    }
+    if (IS("ntasks-per-node") || IS("tasks-per-node"))
+        a->srun_tpn = 1;
+    else if (!a->srun_tpn && (IS("ntasks") || IS("n"))) {
+        a->ntasks_per_node = 0;
+        a->tasks_per_node = NULL;
+    }
+#undef IS
 }
 
 /* One #SBATCH option with SLURM's meaning where it differs from the
@@ -326,9 +360,11 @@ static int apply_sbatch(report_args_t *a, const char *name, const char *val)
 
 #define IS(s) (!strcmp(name, s))
     if (may_matter(name)) {
-        note(a->ignored, sizeof(a->ignored), name, val);
+        note(a->ignored[a->src], sizeof(a->ignored[a->src]), name, val);
         return 0;
     }
+    if (a->src == SRC_SRUN)
+        srun_replaces(a, name, val);
     if (IS("ddp-topo"))
         script_mode(a, val);
     else if (!val)
@@ -345,13 +381,31 @@ static int apply_sbatch(report_args_t *a, const char *name, const char *val)
         return 0; /* --time, --job-name: no part of the plan */
 #undef IS
     if (rc == 0)
-        note(a->read, sizeof(a->read), name, val);
+        note(a->read[a->src], sizeof(a->read[a->src]), name, val);
     return rc;
 }
 
-/* Tokens of an #SBATCH line, as many as it has: --opt=value, --opt value,
- * -N 2, -N2. */
-static int apply_sbatch_line(report_args_t *a, char *line)
+/* sbatch's and srun's options that never take a separate value (a
+ * following word is the program, or the next option's), --ddp-topo among
+ * them: SPANK's optional values need '='. */
+static int flag_option(const char *name)
+{
+    static const char *const names[] = {
+        "ddp-topo", "exclusive", "oversubscribe", "s", "share", "overcommit", "O", "contiguous",
+        "hold", "H", "quiet", "Q", "verbose", "v", "label", "l", "unbuffered", "u", "pty",
+        "exact", "whole", "overlap", "spread-job", "use-min-nodes", "test-only", "no-kill", "k",
+        "kill-on-bad-exit", "K", "preserve-env", "E", "disable-status", "X", "no-allocate", "Z",
+        "multi-prog", "requeue", "no-requeue", "reboot", "wait", "W", "parsable", "ignore-pbs"};
+
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (!strcmp(name, names[i]))
+            return 1;
+    return 0;
+}
+
+/* The options of an #SBATCH line, or of an srun line up to its program
+ * (the first word that is no option): --opt=value, --opt value, -N 2, -N2. */
+static int apply_options(report_args_t *a, char *line)
 {
     static const char *const sep = " \t\r";
     char *save, *tok = strtok_r(line, sep, &save);
@@ -359,6 +413,8 @@ static int apply_sbatch_line(report_args_t *a, char *line)
     while (tok) {
         char *name = tok, *val = NULL, *eq, *next = strtok_r(NULL, sep, &save);
         char shortopt[2] = {0};
+        if (name[0] != '-' && a->src == SRC_SRUN)
+            break;
         if (name[0] != '-') {
             tok = next;
             continue;
@@ -371,26 +427,59 @@ static int apply_sbatch_line(report_args_t *a, char *line)
             val = name + 1;
             shortopt[0] = name[0];
             name = shortopt;
-        } else if (next && next[0] != '-') {
+        } else if (next && next[0] != '-' && !flag_option(name)) {
             val = next;
             next = strtok_r(NULL, sep, &save);
         }
-        if (!strcmp(name, "share"))
-            a->o.share_gpus = 1;
-        else if (apply_sbatch(a, name, val) < 0)
+        if (apply_sbatch(a, name, val) < 0)
             return -1;
         tok = next;
     }
     return 0;
 }
 
-/* As sbatch: #SBATCH lines until the first command. The script is read
- * whole (lines of any length, within DT_INPUT_MAX) and kept: the options'
- * values point into it. */
+/* The options of an srun command line: after leading spaces, `exec` and
+ * VAR=value assignments, the word srun. NULL for any other line. */
+static char *srun_options(char *line)
+{
+    char *s = line;
+
+    for (;;) {
+        size_t n;
+        s += strspn(s, " \t");
+        n = strcspn(s, " \t\r");
+        if (n == 4 && !strncmp(s, "srun", 4))
+            return s + 4;
+        if ((n == 4 && !strncmp(s, "exec", 4)) ||
+            (n > 0 && memchr(s, '=', n) && (isalpha((unsigned char)s[0]) || s[0] == '_')))
+            s += n;
+        else
+            return NULL;
+    }
+}
+
+/* A line of the script's body: the first srun line's options are the
+ * step's, over the #SBATCH ones; later srun lines are only counted. */
+static int body_line(report_args_t *a, char *line, long lineno)
+{
+    char *opts = srun_options(line);
+
+    if (!opts || a->nsrun++)
+        return 0;
+    a->srun_line = lineno;
+    a->src = SRC_SRUN;
+    return apply_options(a, opts);
+}
+
+/* As sbatch: #SBATCH lines until the first command; then, as srun, the
+ * first srun line's options. The script is read whole (lines of any
+ * length, within DT_INPUT_MAX) and kept: the options' values point into it. */
 static int read_sbatch(report_args_t *a, const char *path)
 {
     dt_error_t err;
     size_t len;
+    long lineno = 0;
+    int body = 0;
     char *line, *end, why[sizeof(err.text) + 32];
 
     if (a->script)
@@ -405,13 +494,15 @@ static int read_sbatch(report_args_t *a, const char *path)
         if (!(end = memchr(line, '\n', len - (size_t)(line - a->script))))
             end = a->script + len;
         *end = '\0';
-        if (!strncmp(s, "#SBATCH", 7)) {
-            if (apply_sbatch_line(a, s + 7) < 0)
-                return -1;
-        } else if (*s != '#' && *s != '\r' && *s) {
-            break;
-        }
+        lineno++;
+        body |= *s != '#' && *s != '\r' && *s;
+        if (!body && !strncmp(s, "#SBATCH", 7) && apply_options(a, s + 7) < 0)
+            return -1;
+        if (body && body_line(a, s, lineno) < 0)
+            return -1;
     }
+    if (a->mode_seen && strcmp(mode_name(a->mode), "auto"))
+        a->o.bind = 0; /* env and off never bind: the report shows no binding */
     return 0;
 }
 
@@ -520,7 +611,8 @@ static int parse_report_args(report_args_t *a, int argc, char **argv)
     static const struct option opts[] = {
         {"nodelist", 1, 0, 'w'}, {"nodes", 1, 0, 'N'}, {"ntasks", 1, 0, 'n'},
         {"ntasks-per-node", 1, 0, 0}, {"tasks-per-node", 1, 0, 0}, {"distribution", 1, 0, 'm'},
-        {"gpus-per-node", 1, 0, 0}, {"gpus", 1, 0, 0}, {"sbatch", 1, 0, 0}, {"topology", 1, 0, 0},
+        {"gpus-per-node", 1, 0, 0}, {"gpus", 1, 0, 0}, {"cpus-per-task", 1, 0, 'c'},
+        {"sbatch", 1, 0, 0}, {"topology", 1, 0, 0},
         {"bind", 1, 0, 0}, {"share", 0, 0, 0}, {"model-params", 1, 0, 0}, {"dtype", 1, 0, 0},
         {"intra-bw", 1, 0, 0}, {"intra-lat", 1, 0, 0}, {"inter-bw", 1, 0, 0},
         {"inter-lat", 1, 0, 0}, {"job-id", 1, 0, 0}, {"step-id", 1, 0, 0},
@@ -531,14 +623,14 @@ static int parse_report_args(report_args_t *a, int argc, char **argv)
     /* the job script first, so the command line overrides it; getopt
      * finds it however spelt (--sbatch=F, --sba F), errors wait for pass 2 */
     opterr = 0;
-    while (rc == 0 && (c = getopt_long(argc, argv, "w:N:n:m:h", opts, &idx)) != -1)
+    while (rc == 0 && (c = getopt_long(argc, argv, "w:N:n:m:c:h", opts, &idx)) != -1)
         if (c == 0 && !strcmp(opts[idx].name, "sbatch"))
             rc = read_sbatch(a, optarg);
     opterr = 1;
     optind = 0; /* glibc: start afresh */
     if (rc < 0)
         return -1;
-    while ((c = getopt_long(argc, argv, "w:N:n:m:h", opts, &idx)) != -1) {
+    while ((c = getopt_long(argc, argv, "w:N:n:m:c:h", opts, &idx)) != -1) {
         char name[2] = {(char)c, 0};
         if (c == 'h') {
             printf(USAGE_REPORT);
@@ -568,10 +660,19 @@ static void script_summary(const report_args_t *a, FILE *f)
 {
     const char *m = a->mode;
 
-    fprintf(f, "read from %s:%s\n", a->script_path, a->read[0] ? a->read : " no option that "
-            "changes the plan");
-    if (a->ignored[0])
-        fprintf(f, "ignored from %s (could change the plan):%s\n", a->script_path, a->ignored);
+    fprintf(f, "read from %s:%s\n", a->script_path, a->read[SRC_SBATCH][0] ? a->read[SRC_SBATCH]
+            : " no option that changes the plan");
+    if (a->ignored[SRC_SBATCH][0])
+        fprintf(f, "ignored from %s (could change the plan):%s\n", a->script_path,
+                a->ignored[SRC_SBATCH]);
+    if (a->read[SRC_SRUN][0])
+        fprintf(f, "read from srun (line %ld):%s\n", a->srun_line, a->read[SRC_SRUN]);
+    if (a->ignored[SRC_SRUN][0])
+        fprintf(f, "ignored from srun (line %ld) (could change the plan):%s\n", a->srun_line,
+                a->ignored[SRC_SRUN]);
+    if (a->nsrun > 1)
+        fprintf(f, "the script has %ld srun lines; this report is for the first (line %ld)\n",
+                a->nsrun, a->srun_line);
     if (a->gpus_per_node > 0 && !a->gpus_note[0])
         fprintf(f, "GPUs: %ld per node: the first %ld GPU indexes, as SLURM allocates them on "
                 "a free node\n", a->gpus_per_node, a->gpus_per_node);
@@ -618,6 +719,11 @@ int cmd_report(int argc, char **argv)
         script_summary(&a, fmt == DT_FORMAT_TEXT ? stdout : stderr);
     if (rc == 0 && dt_report_build(&a.o, &report, &err) < 0)
         rc = cli_fail("report", err.text, "check the node list, task layout and topology");
+    if (rc == 0 && (a.script_path || a.o.cpus_per_task)) {
+        char cores[400];
+        dt_report_cores(report, cores, sizeof(cores));
+        fprintf(fmt == DT_FORMAT_TEXT ? stdout : stderr, "%s\n", cores);
+    }
     if (rc == 0) {
         rc = dt_report_write(report, fmt, stdout) < 0 || fflush(stdout) ? -1 : 0;
         dt_report_free(report);
