@@ -35,7 +35,7 @@ typedef struct {
     ddp_gpu_numbering_t numbering;
     char numbering_why[200];
     char gpu_skip[512];         /* why SLURM's GPUs are left as SLURM set them */
-    char admin[600];            /* the admin's part of a failure, "" when the user's */
+    char admin[900];            /* the admin's part of a failure, "" when the user's */
     char path[512];             /* the topology file, "" for live */
     char node_name[256];
     /* this task's (slurmstepd forks one process per task) */
@@ -267,6 +267,14 @@ static void find_ifname(spank_t sp, const char *master, unsigned nnodes)
         snprintf(state.ifname, sizeof(state.ifname), "%s", ifc.name);
 }
 
+/* A rank's PUs as "0-3,8", any length (malloc'd, NULL on ENOMEM). */
+static char *cpu_list(hwloc_const_bitmap_t set)
+{
+    char *s;
+
+    return hwloc_bitmap_list_asprintf(&s, set) < 0 ? NULL : s;
+}
+
 /* The plan's NICs, checked once per node in user_init: NCCL_IB_HCA can
  * name InfiniBand and RoCE HCAs only. */
 static int check_nics(char *err, size_t errlen)
@@ -291,21 +299,39 @@ static int check_nics(char *err, size_t errlen)
 }
 
 /* CPUs the topology has and this machine lacks fail every task's
- * sched_setaffinity alike: said once per node instead. */
+ * sched_setaffinity alike: said once per node instead. Only a topology file
+ * can be another machine's; present CPUs, not a count, since CPU numbers
+ * may have holes (hot-removed vCPUs). */
 static int check_cpus(char *err, size_t errlen)
 {
-    long have = sysconf(_SC_NPROCESSORS_CONF);
+    hwloc_bitmap_t present = hwloc_bitmap_alloc();
+    char list[256] = "", *have = NULL, *cpus = NULL;
+    FILE *f;
+    int rc = 0;
 
-    for (unsigned r = 0; have > 0 && r < state.plan.nranks; r++) {
-        int last = hwloc_bitmap_last(state.plan.ranks[r].cpus);
-        if (last >= have) {
-            snprintf(err, errlen, "local rank %u's CPUs end at %d but this node has %ld CPUs: "
-                     "the topology is another machine's", r, last, have);
-            wrong_topology();
-            return -1;
-        }
+    if (!state.path[0] || !present || !(f = fopen("/sys/devices/system/cpu/present", "re"))) {
+        hwloc_bitmap_free(present);
+        return 0; /* unknown: sched_setaffinity says it per task */
     }
-    return 0;
+    if (!fgets(list, sizeof(list), f) || hwloc_bitmap_list_sscanf(present, list) < 0)
+        hwloc_bitmap_zero(present);
+    fclose(f);
+    for (unsigned r = 0; !hwloc_bitmap_iszero(present) && r < state.plan.nranks; r++) {
+        if (hwloc_bitmap_isincluded(state.plan.ranks[r].cpus, present))
+            continue;
+        cpus = cpu_list(state.plan.ranks[r].cpus);
+        have = cpu_list(present);
+        snprintf(err, errlen, "local rank %u's CPUs %.100s are not all on this node (it has "
+                 "CPUs %.100s): the topology is another machine's", r, cpus ? cpus : "?",
+                 have ? have : "?");
+        wrong_topology();
+        rc = -1;
+        break;
+    }
+    free(cpus);
+    free(have);
+    hwloc_bitmap_free(present);
+    return rc;
 }
 
 int ddp_bind_user_init(spank_t sp, const ddp_bind_request_t *req, char *err, size_t errlen)
@@ -474,14 +500,6 @@ static int bind_gpu(spank_t sp, const dt_rank_plan_t *rp)
          ddp_setenvf(sp, DRT_ENV_GPU, 1, "%d", state.node.gpus[rp->gpu].index);
     free(list);
     return rc;
-}
-
-/* A rank's PUs as "0-3,8", any length (malloc'd, NULL on ENOMEM). */
-static char *cpu_list(hwloc_const_bitmap_t set)
-{
-    char *s;
-
-    return hwloc_bitmap_list_asprintf(&s, set) < 0 ? NULL : s;
 }
 
 static int bind_cpu(spank_t sp, const dt_rank_plan_t *rp, int local, char *err, size_t errlen)

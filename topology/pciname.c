@@ -18,6 +18,7 @@
 
 #if defined HAVE_LIBPCI && defined DT_PCI_NAMES
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdlib.h>
@@ -33,6 +34,7 @@ static pthread_mutex_t ids_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct pci_access *ids; /* loaded at the first lookup, kept for the process */
 static int ids_state;          /* 0 not tried yet, 1 usable, -1 not usable */
 static jmp_buf ids_fail;       /* under ids_lock */
+static int ids_fd = -1;        /* the database, until libpci has read it */
 
 /* libpci's error hook must not return (its default exits the process):
  * a malformed file or a failed allocation ends the lookup instead. */
@@ -49,19 +51,22 @@ static void ids_quiet(char *msg, ...)
 
 /* A plain regular file of sane size: never a FIFO or device that would
  * block or never end, never compressed data (libpci's zlib would inflate
- * it without bound). */
-static int ids_file_ok(const char *path)
+ * it without bound). The checked descriptor stays open and libpci reads the
+ * file through it (/proc/self/fd/N), so it cannot be swapped in between. */
+static int ids_file_open(const char *path)
 {
     unsigned char magic[2] = {0, 0};
     struct stat st;
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC), ok;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
 
     if (fd < 0)
-        return 0;
-    ok = !fstat(fd, &st) && S_ISREG(st.st_mode) && st.st_size <= PCI_IDS_MAX &&
-         read(fd, magic, 2) >= 0 && !(magic[0] == 0x1f && magic[1] == 0x8b);
-    close(fd);
-    return ok;
+        return -1;
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_size > PCI_IDS_MAX ||
+        pread(fd, magic, 2, 0) < 0 || (magic[0] == 0x1f && magic[1] == 0x8b)) {
+        close(fd);
+        return -1;
+    }
+    return fd;
 }
 
 /* DDP_TOPO_PCI_IDS names another database; else libpci's own, whose
@@ -69,24 +74,25 @@ static int ids_file_ok(const char *path)
 static int ids_open(void)
 {
     const char *path = getenv("DDP_TOPO_PCI_IDS");
-    char *name;
-    size_t len;
+    char name[PATH_MAX], *fdname;
 
-    if (!(ids = pci_alloc()))
-        return -1;
+    ids = pci_alloc(); /* exits the process itself when out of memory */
     ids->error = ids_error;
     ids->warning = ids_quiet;
     ids->debug = ids_quiet;
     ids->id_lookup_mode = 0;
     if (!path || !*path)
         path = ids->id_file_name;
-    if (!(name = strdup(path)))
+    snprintf(name, sizeof(name), "%s", path);
+    if (path == ids->id_file_name && strlen(name) > 3 && !strcmp(name + strlen(name) - 3, ".gz"))
+        name[strlen(name) - 3] = '\0';
+    if ((ids_fd = ids_file_open(name)) < 0)
         return -1;
-    len = strlen(name);
-    if (path == ids->id_file_name && len > 3 && !strcmp(name + len - 3, ".gz"))
-        name[len - 3] = '\0';
-    pci_set_name_list_path(ids, name, 1);
-    return ids_file_ok(name) ? 1 : -1;
+    snprintf(name, sizeof(name), "/proc/self/fd/%d", ids_fd);
+    if (!(fdname = strdup(name)))
+        return -1;
+    pci_set_name_list_path(ids, fdname, 1);
+    return 1;
 }
 
 static int ids_lookup(char *buf, size_t size, unsigned vendor, unsigned device)
@@ -103,6 +109,10 @@ static int ids_lookup(char *buf, size_t size, unsigned vendor, unsigned device)
                                    (int)vendor, (int)device);
         else
             ids_state = -1; /* libpci's state after its error is unknown: not used again */
+    }
+    if (ids_fd >= 0) { /* read at the first lookup, or never usable */
+        close(ids_fd);
+        ids_fd = -1;
     }
     pthread_mutex_unlock(&ids_lock);
     return name != NULL;
