@@ -303,6 +303,8 @@ typedef struct {
     unsigned cpus_per_task;     /* 0: the ranks split all of a node's cores; else each
                                  * node's cores are those SLURM allocates for
                                  * tasks x cpus_per_task CPUs (dt_report_cores) */
+    unsigned exclusive;         /* #SBATCH --exclusive: SLURM gives the job every
+                                 * core of each node, whatever cpus_per_task */
     double model_params;        /* 0: no allreduce prediction */
     unsigned dtype_bytes;
     const char *dtype;

@@ -233,19 +233,6 @@ static unsigned locality_key(const dt_node_t *node, int gpu)
     return p->package >= 0 ? node->nnuma + (unsigned)p->package : node->nnuma + node->npackages;
 }
 
-/* Allocated cores (as allocated PUs of each core) still free, inside `near`. */
-static unsigned pick_cores(const dt_node_t *node, hwloc_const_bitmap_t allowed,
-                           const char *taken, hwloc_const_bitmap_t near, int *out)
-{
-    unsigned n = 0;
-
-    for (unsigned c = 0; c < node->ncores; c++)
-        if (!taken[c] && hwloc_bitmap_intersects(node->cores[c], allowed) &&
-            (!near || hwloc_bitmap_isincluded(node->cores[c], near)))
-            out[n++] = (int)c;
-    return n;
-}
-
 static int memory_node(const dt_node_t *node, hwloc_const_bitmap_t cpus)
 {
     for (unsigned i = 0; i < node->nnuma; i++)
@@ -280,51 +267,159 @@ static void split_cores(const dt_node_t *node, hwloc_const_bitmap_t allowed, dt_
     }
 }
 
-/* Ranks whose GPUs share a locality form a group that splits the free
- * allocated cores of that locality (else of the whole allocation). */
+/* Ranks whose GPUs share a locality: a group, named by its first rank. */
+typedef struct {
+    int first;
+    unsigned size, want, got;
+    hwloc_const_bitmap_t near; /* NULL: no locality */
+} cgroup_t;
+
+/* How far core c is from a locality: 0 inside it, 1 in a package it
+ * touches, 2 elsewhere. */
+static unsigned core_distance(const dt_node_t *node, unsigned c, hwloc_const_bitmap_t near)
+{
+    if (!near || hwloc_bitmap_isincluded(node->cores[c], near))
+        return 0;
+    for (unsigned p = 0; p < node->npackages; p++)
+        if (hwloc_bitmap_isincluded(node->cores[c], node->packages[p]))
+            return hwloc_bitmap_intersects(node->packages[p], near) ? 1 : 2;
+    return 2;
+}
+
+/* Give group g free allocated cores no farther than `far` until it has
+ * g->want. owner[c]: the group holding core c, -1 when free. */
+static void take_cores(const dt_node_t *node, hwloc_const_bitmap_t allowed, int *owner,
+                       cgroup_t *g, unsigned far)
+{
+    for (unsigned d = 0; d <= far; d++)
+        for (unsigned c = 0; c < node->ncores && g->got < g->want; c++)
+            if (owner[c] < 0 && hwloc_bitmap_intersects(node->cores[c], allowed) &&
+                core_distance(node, c, g->near) == d) {
+                owner[c] = g->first;
+                g->got++;
+            }
+}
+
+/* Share `ncores` between the groups by size, with cumulative rounding so
+ * the shares add up to ncores and each is at least one core per rank when
+ * there are that many. With `only_empty`: between the groups with no core
+ * yet, the others keeping what they have. */
+static void quotas(cgroup_t *gs, unsigned ng, unsigned ncores, int only_empty)
+{
+    unsigned total = 0, cum = 0;
+
+    for (unsigned i = 0; i < ng; i++)
+        total += !only_empty || !gs[i].got ? gs[i].size : 0;
+    for (unsigned i = 0; i < ng; i++) {
+        if (only_empty && gs[i].got) {
+            gs[i].want = gs[i].got;
+            continue;
+        }
+        gs[i].want = (unsigned)(((unsigned long long)ncores * (cum + gs[i].size)) / total -
+                                ((unsigned long long)ncores * cum) / total);
+        cum += gs[i].size;
+    }
+}
+
+/* Deal the allocated cores out to the groups. Without `quota`: each group
+ * takes every free core of its locality, and groups with none there split
+ * the rest. With it: each group gets its share of the allocation, its
+ * locality's cores first, then the nearest. */
+static void assign_cores(const dt_node_t *node, hwloc_const_bitmap_t allowed, int *owner,
+                         cgroup_t *gs, unsigned ng, unsigned nallowed, int quota)
+{
+    unsigned free_left = nallowed;
+
+    for (unsigned c = 0; c < node->ncores; c++)
+        owner[c] = -1;
+    for (unsigned i = 0; i < ng; i++) {
+        gs[i].got = 0;
+        gs[i].want = quota ? 0 : node->ncores;
+    }
+    if (quota)
+        quotas(gs, ng, nallowed, 0);
+    for (unsigned i = 0; i < ng; i++) /* a group without a locality waits */
+        if (gs[i].near) {
+            take_cores(node, allowed, owner, &gs[i], 0);
+            free_left -= gs[i].got;
+        }
+    if (!quota)
+        quotas(gs, ng, free_left, 1);
+    for (unsigned i = 0; i < ng; i++)
+        take_cores(node, allowed, owner, &gs[i], 2);
+}
+
+/* Whether a plan leaves ranks sharing cores that need not: a group with no
+ * core, or with fewer cores than ranks while the allocation has enough. */
+static int needless_sharing(const cgroup_t *gs, unsigned ng, unsigned nallowed, unsigned nranks)
+{
+    for (unsigned i = 0; i < ng; i++)
+        if (!gs[i].got || (nallowed >= nranks && gs[i].got < gs[i].size))
+            return 1;
+    return 0;
+}
+
+/* The groups of the plan's ranks (group[r]: rank r's group's first rank);
+ * the number of groups. slot[key]: the group of a locality_key. */
+static unsigned make_groups(const dt_node_t *node, const dt_node_plan_t *plan, int *group,
+                            int *slot, cgroup_t *gs)
+{
+    unsigned nkeys = node->nnuma + node->npackages, ng = 0;
+
+    for (unsigned i = 0; i <= nkeys; i++)
+        slot[i] = -1;
+    for (unsigned r = 0; r < plan->nranks; r++) {
+        unsigned key = locality_key(node, plan->ranks[r].gpu);
+        if (slot[key] < 0) {
+            slot[key] = (int)ng;
+            gs[ng++] = (cgroup_t){.first = (int)r, .near = gpu_locality(node, plan->ranks[r].gpu)};
+        }
+        gs[slot[key]].size++;
+        group[r] = gs[slot[key]].first;
+    }
+    return ng;
+}
+
+/* Ranks whose GPUs share a locality form a group that splits the cores
+ * assign_cores gives it; a group left without any shares the whole
+ * allocation. */
 static int plan_cpus(const dt_node_t *node, const dt_plan_request_t *req, dt_node_plan_t *plan)
 {
     hwloc_bitmap_t allowed = req->cpus ? hwloc_bitmap_dup(req->cpus) : hwloc_bitmap_alloc();
-    char *taken = calloc(node->ncores, 1);
-    int *cores = calloc(node->ncores, sizeof(int)), *group = calloc(plan->nranks + 1, sizeof(int));
-    unsigned nkeys = node->nnuma + node->npackages;
-    int *first = calloc(nkeys + 1, sizeof(int));
-    int rc = -1, oversubscribed = 0;
+    int *owner = calloc(node->ncores + 1, sizeof(int)), *cores = calloc(node->ncores + 1, sizeof(int));
+    int *group = calloc(plan->nranks + 1, sizeof(int));
+    int *first = calloc(node->nnuma + node->npackages + 1, sizeof(int));
+    cgroup_t *gs = calloc(plan->nranks + 1, sizeof(cgroup_t));
+    unsigned ng, nallowed = 0;
+    int rc = -1, oversubscribed = 0, quota;
 
-    if (!allowed || !taken || !cores || !group || !first)
+    if (!allowed || !owner || !cores || !group || !first || !gs)
         goto out;
     if (!req->cpus)
         for (unsigned c = 0; c < node->ncores; c++)
             hwloc_bitmap_or(allowed, allowed, node->cores[c]);
-    /* a group is named by its first rank; one pass over the ranks */
-    for (unsigned i = 0; i <= nkeys; i++)
-        first[i] = -1;
-    for (unsigned r = 0; r < plan->nranks; r++) {
-        unsigned key = locality_key(node, plan->ranks[r].gpu);
-        if (first[key] < 0)
-            first[key] = (int)r;
-        group[r] = first[key];
+    for (unsigned c = 0; c < node->ncores; c++)
+        nallowed += hwloc_bitmap_intersects(node->cores[c], allowed);
+    if (nallowed == 0 && plan->nranks) {
+        rc = -2;
+        goto out;
     }
-    for (unsigned r = 0; r < plan->nranks; r++) {
-        hwloc_const_bitmap_t near = gpu_locality(node, plan->ranks[r].gpu);
-        unsigned n;
-        if (group[r] != (int)r)
-            continue;
-        n = pick_cores(node, allowed, taken, near, cores);
-        if (n == 0)
-            n = pick_cores(node, allowed, taken, NULL, cores);
-        if (n == 0) { /* everything taken: share the allocation */
-            memset(taken, 0, node->ncores);
-            n = pick_cores(node, allowed, taken, NULL, cores);
-            oversubscribed = 1;
-        }
-        if (n == 0) {
-            rc = -2;
-            goto out;
-        }
-        for (unsigned i = 0; i < n; i++)
-            taken[cores[i]] = 1;
-        split_cores(node, allowed, plan, group, (int)r, cores, n);
+    /* a whole node: each group its locality (idle cores elsewhere), unless
+     * that makes ranks share; part of one: every allocated core used */
+    quota = nallowed < node->ncores;
+    ng = make_groups(node, plan, group, first, gs);
+    assign_cores(node, allowed, owner, gs, ng, nallowed, quota);
+    if (!quota && needless_sharing(gs, ng, nallowed, plan->nranks))
+        assign_cores(node, allowed, owner, gs, ng, nallowed, 1);
+    for (unsigned i = 0; i < ng; i++) {
+        unsigned n = 0;
+        for (unsigned d = 0; d <= 2; d++) /* its locality's cores to its first ranks */
+            for (unsigned c = 0; c < node->ncores; c++) /* none of its own: share them all */
+                if (core_distance(node, c, gs[i].near) == d &&
+                    (gs[i].got ? owner[c] == gs[i].first
+                               : hwloc_bitmap_intersects(node->cores[c], allowed)))
+                    cores[n++] = (int)c;
+        split_cores(node, allowed, plan, group, gs[i].first, cores, n);
     }
     hwloc_bitmap_zero(allowed); /* now: the PUs given so far */
     for (unsigned r = 0; r < plan->nranks; r++) {
@@ -336,10 +431,11 @@ static int plan_cpus(const dt_node_t *node, const dt_plan_request_t *req, dt_nod
     rc = 0;
 out:
     hwloc_bitmap_free(allowed);
-    free(taken);
+    free(owner);
     free(cores);
     free(group);
     free(first);
+    free(gs);
     return rc;
 }
 

@@ -195,7 +195,9 @@ static unsigned cores_used(const kind_t *k)
 }
 
 /* Plan one kind of node, as the plugin would: over the cores the step is
- * allocated (all of them without --cpus-per-task). */
+ * allocated (all of them without --cpus-per-task, or with --exclusive:
+ * SLURM 22.05's dist_tasks returns before _cyclic_sync_core_bitmap for a
+ * whole-node job). The tasks must still fit the node. */
 static int plan_kind(dt_report_t *r, kind_t *k, dt_error_t *err)
 {
     dt_plan_request_t req = {.nranks = k->ntasks, .gpus = r->opts.gpus, .ngpus = r->opts.ngpus,
@@ -207,14 +209,15 @@ static int plan_kind(dt_report_t *r, kind_t *k, dt_error_t *err)
     if (r->opts.cpus_per_task && !cpus)
         topo_seterr(err, "report: out of memory");
     else if (!cpus || allocated_cpus(&k->node, k->ntasks, r->opts.cpus_per_task, cpus, err) == 0) {
-        req.cpus = cpus;
+        req.cpus = r->opts.exclusive ? NULL : cpus;
         rc = dt_plan_node(&k->node, &req, &k->plan, err);
         if (rc == DT_PLAN_NEEDS_SHARE) /* the report's flag, then the job's */
             snprintf(err->text + strlen(err->text), sizeof(err->text) - strlen(err->text),
                      " (--share here; --ddp-topo=auto,share in the job)");
     }
-    /* ranks take the cores near their GPUs: others allocated may stay idle */
-    if (rc == 0 && cpus && (given = cores_used(k)) < cores_in(&k->node, cpus))
+    /* -c for every core of the node: groups keep to their GPUs' cores (dt_plan_node), so
+     * others may stay idle; part of a node is used whole */
+    if (rc == 0 && req.cpus && (given = cores_used(k)) < cores_in(&k->node, cpus))
         topo_strv_addf(&k->plan.warnings, &k->plan.nwarnings, "%u of the %u allocated cores "
                        "left idle: no rank's GPU is near them", cores_in(&k->node, cpus) - given,
                        cores_in(&k->node, cpus));
@@ -512,7 +515,7 @@ static unsigned allocated_cores(const kind_t *k, unsigned cpt)
 void dt_report_cores(const dt_report_t *r, char *buf, size_t len)
 {
     const kind_t *k = &r->kinds[r->kind_of[0]];
-    unsigned same = 1, cpt = r->opts.cpus_per_task;
+    unsigned same = 1, cpt = r->opts.exclusive ? 0 : r->opts.cpus_per_task;
     char first[48] = "";
 
     for (unsigned i = 0; i < r->nkinds; i++) /* the same core count: the same allocation */
@@ -520,13 +523,17 @@ void dt_report_cores(const dt_report_t *r, char *buf, size_t len)
                 (!cpt || r->kinds[i].ntasks == k->ntasks);
     if (!same) /* nodes of other topologies or task counts differ */
         snprintf(first, sizeof(first), " on the first node");
-    if (!cpt)
+    if (r->opts.exclusive)
+        snprintf(buf, len, "cores: all %u cores of each node%s (--exclusive)", k->node.ncores, first);
+    else if (!cpt)
         snprintf(buf, len, "cores: all %u of each node%s (--exclusive or a whole-node partition); "
                  "SLURM gives each task 1 CPU on a shared node unless -c is given",
                  k->node.ncores, first);
-    else
+    else /* an NCCL file has no core/thread layout: each of its CPUs counts as a core */
         snprintf(buf, len, "cores: --cpus-per-task=%u x %u tasks = %u CPUs: %u of %u cores per "
                  "node%s, as SLURM 22.05 allocates them on an idle node (a socket's cores before "
-                 "the next's); the job binds within the cores SLURM really gives it", cpt,
-                 k->ntasks, cpt * k->ntasks, allocated_cores(k, cpt), k->node.ncores, first);
+                 "the next's); the job binds within the cores SLURM really gives it%s", cpt,
+                 k->ntasks, cpt * k->ntasks, allocated_cores(k, cpt), k->node.ncores, first,
+                 k->node.source == DT_SOURCE_NCCL_XML ? "; the file lists CPUs, not cores: with "
+                 "hyperthreads SLURM gives whole cores, their sibling CPUs included" : "");
 }

@@ -93,7 +93,17 @@ static double parse_count(const char *s, int *ok)
 /* The bad value itself goes into every message, elided past 60 characters. */
 #define SHOWN(s) (int)(strlen(s) > 60 ? 60 : strlen(s)), (s), strlen(s) > 60 ? "..." : ""
 
-static int number(const char *opt, const char *s, long max, long *v)
+/* "ddp-topo: report: WHY (TODO)"; while the srun line's options are read,
+ * "report: srun (line L): ...", as that line is where the value is. */
+static int fail(const report_args_t *a, const char *why, const char *todo)
+{
+    char what[48];
+
+    snprintf(what, sizeof(what), "report: srun (line %ld)", a->srun_line);
+    return cli_fail(a->src == SRC_SRUN ? what : "report", why, todo);
+}
+
+static int number(const report_args_t *a, const char *opt, const char *s, long max, long *v)
 {
     char *end;
 
@@ -104,12 +114,12 @@ static int number(const char *opt, const char *s, long max, long *v)
         char why[200];
         snprintf(why, sizeof(why), "%s '%.*s%s' is not an integer from 0 to %ld", opt, SHOWN(s),
                  max);
-        return cli_fail("report", why, "pass a number in that range");
+        return fail(a, why, "pass a number in that range");
     }
     return 0;
 }
 
-static int real(const char *opt, const char *s, double *v)
+static int real(const report_args_t *a, const char *opt, const char *s, double *v)
 {
     int ok;
 
@@ -118,7 +128,7 @@ static int real(const char *opt, const char *s, double *v)
         return 0;
     char why[160];
     snprintf(why, sizeof(why), "%s '%.*s%s' is not a finite non-negative number", opt, SHOWN(s));
-    return cli_fail("report", why, "pass a number such as 7e9, 7B or 12.5");
+    return fail(a, why, "pass a number such as 7e9, 7B or 12.5");
 }
 
 /* One GPU index of --gpus: p..end. */
@@ -139,7 +149,7 @@ static int gpu_index(report_args_t *a, const char *s, const char *p, const char 
     else
         snprintf(why, sizeof(why), "--gpus '%.*s%s': GPU index '%.*s' is out of range (0-%d)",
                  SHOWN(s), (int)(end - p > 24 ? 24 : end - p), p, DT_NODE_MAX_GPUS - 1);
-    return cli_fail("report", why, "e.g. --gpus 0,1,4,5");
+    return fail(a, why, "e.g. --gpus 0,1,4,5");
 }
 
 static int gpu_list(report_args_t *a, const char *s)
@@ -154,7 +164,7 @@ static int gpu_list(report_args_t *a, const char *s)
         if (end == p || (*end && *end != ',')) {
             char why[160];
             snprintf(why, sizeof(why), "--gpus '%.*s%s' is not a list of GPU indexes", SHOWN(s));
-            return cli_fail("report", why, "e.g. --gpus 0,1,4,5");
+            return fail(a, why, "e.g. --gpus 0,1,4,5");
         }
         if ((v = gpu_index(a, s, p, end, seen)) < 0)
             return -1;
@@ -178,7 +188,7 @@ static int dtype(report_args_t *a, const char *s)
         }
     char why[96];
     snprintf(why, sizeof(why), "--dtype '%.40s' is not one of bf16, fp16, fp32", s);
-    return cli_fail("report", why, "pass --dtype bf16, fp16 or fp32");
+    return fail(a, why, "pass --dtype bf16, fp16 or fp32");
 }
 
 /* One option, from the command line or an #SBATCH line. Returns 1 when
@@ -192,53 +202,56 @@ static int apply(report_args_t *a, const char *name, const char *val)
     if (IS("nodelist") || IS("w"))
         a->nodelist = val;
     else if (IS("nodes") || IS("N"))
-        return number("--nodes", val, DT_HOSTLIST_MAX_HOSTS, &a->nodes);
+        return number(a, "--nodes", val, DT_HOSTLIST_MAX_HOSTS, &a->nodes);
     else if (IS("ntasks") || IS("n"))
-        return number("--ntasks", val, UINT32_MAX, &a->ntasks);
+        return number(a, "--ntasks", val, UINT32_MAX, &a->ntasks);
     else if (IS("ntasks-per-node"))
-        return number("--ntasks-per-node", val, UINT32_MAX, &a->ntasks_per_node);
+        return number(a, "--ntasks-per-node", val, UINT32_MAX, &a->ntasks_per_node);
     else if (IS("tasks-per-node"))
         a->tasks_per_node = val;
-    else if (IS("distribution") || IS("m"))
+    else if (IS("distribution") || IS("m")) {
+        dt_dist_t dist; /* checked here, so that an srun line's error names it */
+        if (dt_dist_parse(val, &dist, &err) < 0)
+            return fail(a, err.text, "pass --distribution block, cyclic or plane=N");
         a->dist = val;
-    else if (IS("gpus-per-node"))
-        return number("--gpus-per-node", strchr(val, ':') ? strrchr(val, ':') + 1 : val,
+    } else if (IS("gpus-per-node"))
+        return number(a, "--gpus-per-node", strchr(val, ':') ? strrchr(val, ':') + 1 : val,
                       DT_NODE_MAX_GPUS, &a->gpus_per_node);
     else if (IS("gpus"))
         return gpu_list(a, val);
     else if (IS("cpus-per-task") || IS("c")) {
-        if (number("--cpus-per-task", val, UINT16_MAX, &v) < 0) /* SLURM's is 16-bit */
+        if (number(a, "--cpus-per-task", val, UINT16_MAX, &v) < 0) /* SLURM's is 16-bit */
             return -1;
         if (v == 0)
-            return cli_fail("report", "--cpus-per-task '0' is not a CPU count",
-                            "pass 1 or more, or leave it out to split all cores");
+            return fail(a, "--cpus-per-task '0' is not a CPU count",
+                        "pass 1 or more, or leave it out to split all cores");
         a->o.cpus_per_task = (unsigned)v;
     } else if (IS("topology"))
         a->o.topology = val;
     else if (IS("bind") || IS("ddp-topo-bind")) {
         if (dt_bind_parse(val, &a->o.bind, &err) < 0)
-            return cli_fail("report", err.text, "e.g. --bind gpu,cpu,nic");
+            return fail(a, err.text, "e.g. --bind gpu,cpu,nic");
     } else if (IS("model-params"))
-        return real("--model-params", val, &a->o.model_params);
+        return real(a, "--model-params", val, &a->o.model_params);
     else if (IS("dtype"))
         return dtype(a, val);
     else if (IS("intra-bw"))
-        return real("--intra-bw", val, &a->o.intra_gbps);
+        return real(a, "--intra-bw", val, &a->o.intra_gbps);
     else if (IS("intra-lat"))
-        return real("--intra-lat", val, &a->o.intra_us);
+        return real(a, "--intra-lat", val, &a->o.intra_us);
     else if (IS("inter-bw"))
-        return real("--inter-bw", val, &a->o.inter_gbps);
+        return real(a, "--inter-bw", val, &a->o.inter_gbps);
     else if (IS("inter-lat"))
-        return real("--inter-lat", val, &a->o.inter_us);
+        return real(a, "--inter-lat", val, &a->o.inter_us);
     else if (IS("job-id") || IS("step-id") || IS("restart-count")) {
         char opt[32];
         snprintf(opt, sizeof(opt), "--%s", name);
-        if (number(opt, val, UINT32_MAX, &v) < 0) /* SLURM's ids are 32-bit */
+        if (number(a, opt, val, UINT32_MAX, &v) < 0) /* SLURM's ids are 32-bit */
             return -1;
         *(IS("job-id") ? &a->o.job_id : IS("step-id") ? &a->o.step_id : &a->o.restart_count) = v;
     } else if (IS("port-range")) {
         if (dt_port_range_parse(val, &a->o.port_lo, &a->o.port_hi, &err) < 0)
-            return cli_fail("report", err.text, "e.g. --port-range 61000-65535");
+            return fail(a, err.text, "e.g. --port-range 61000-65535");
     } else if (IS("resv-ports"))
         a->o.resv_ports = val;
     else if (IS("format"))
@@ -251,18 +264,19 @@ static int apply(report_args_t *a, const char *name, const char *val)
     return 0;
 }
 
-/* Append " --name=val" to a list, once: a long value (a 1,000-host
- * nodelist) is elided, and a full list ends in " ..." rather than losing
- * options silently. */
-static void note(char *buf, size_t len, const char *name, const char *val)
+/* Append " --name=val" (and " (why)") to a list, once: a long value (a
+ * 1,000-host nodelist) is elided, and a full list ends in " ..." rather
+ * than losing options silently. */
+static void note(char *buf, size_t len, const char *name, const char *val, const char *why)
 {
-    char item[128];
+    char item[160];
     size_t o = strlen(buf), n;
     const char *seen = buf;
 
-    snprintf(item, sizeof(item), " -%s%s%s%.*s%s", name[1] ? "-" : "", name,
+    snprintf(item, sizeof(item), " -%s%s%s%.*s%s%s%s%s", name[1] ? "-" : "", name,
              val ? (name[1] ? "=" : " ") : "", val ? 60 : 0, val ? val : "",
-             val && strlen(val) > 60 ? "..." : "");
+             val && strlen(val) > 60 ? "..." : "", why ? " (" : "", why ? why : "",
+             why ? ")" : "");
     n = strlen(item);
     while ((seen = strstr(seen, item)) && seen[n] && seen[n] != ' ')
         seen += n; /* " --gres=gpu:4" is no repeat of " --gres=gpu:40" */
@@ -276,7 +290,7 @@ static void note(char *buf, size_t len, const char *name, const char *val)
 
 /* The GPU count of a --gres list ("gpu:4", "gpu:a100:4,nvme:1"), *n kept
  * without a gpu item: SLURM counts a bare "gpu" or "gpu:TYPE" as one. */
-static int gres_gpus(const char *val, long *n)
+static int gres_gpus(const report_args_t *a, const char *val, long *n)
 {
     char item[128];
 
@@ -288,7 +302,7 @@ static int gres_gpus(const char *val, long *n)
         colon = strrchr(item, ':');
         if (!colon || !isdigit((unsigned char)colon[1]))
             *n = 1; /* "gpu" or "gpu:a100" */
-        else if (number("--gres=gpu", colon + 1, DT_NODE_MAX_GPUS, n) < 0)
+        else if (number(a, "--gres=gpu", colon + 1, DT_NODE_MAX_GPUS, n) < 0)
             return -1;
     }
     return 0;
@@ -313,6 +327,15 @@ static void script_mode(report_args_t *a, const char *val)
     a->o.share_gpus = strstr(a->mode, "share") != NULL;
 }
 
+static int listed(const char *name, const char *const *names, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(name, names[i]))
+            return 1;
+    return 0;
+}
+#define IN(name, names) listed(name, names, sizeof(names) / sizeof(names[0]))
+
 /* sbatch options the report does not model but that can change what the
  * job gets: named in the report so nobody trusts it blindly. */
 static int may_matter(const char *name)
@@ -326,10 +349,24 @@ static int may_matter(const char *name)
         /* node sharing (--share is SLURM's old --oversubscribe), not GPU sharing */
         "oversubscribe", "s", "share"};
 
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-        if (!strcmp(name, names[i]))
-            return 1;
-    return 0;
+    return IN(name, names);
+}
+
+/* Why an srun line's value for an option the report reads cannot be used,
+ * or NULL: a shell's ($N, ${N}, `cmd`: known only when the job runs) or
+ * none (a bare -n ending the line). The script's own value then stays. */
+static const char *unusable(const report_args_t *a, const char *name, const char *val)
+{
+    static const char *const reads[] = {
+        "nodelist", "w", "nodes", "N", "ntasks", "n", "ntasks-per-node", "tasks-per-node",
+        "distribution", "m", "gpus-per-node", "gpus", "G", "gpus-per-task", "gres",
+        "cpus-per-task", "c", "ddp-topo", "ddp-topo-bind"};
+
+    if (a->src != SRC_SRUN || !IN(name, reads))
+        return NULL;
+    if (val && strpbrk(val, "$`"))
+        return "shell value";
+    return !val && strcmp(name, "ddp-topo") ? "no value" : NULL; /* a bare --ddp-topo: auto */
 }
 
 /* What an srun option replaces rather than overrides: its GPU request
@@ -351,18 +388,27 @@ static void srun_replaces(report_args_t *a, const char *name, const char *val)
 #undef IS
 }
 
-/* One #SBATCH option with SLURM's meaning where it differs from the
- * report's own flag (--gpus is a count there, an index list here); noted
- * as read, or as ignored where it may matter. */
+/* One #SBATCH or srun option with SLURM's meaning where it differs from
+ * the report's own flag (--gpus is a count there, an index list here);
+ * noted as read, or as ignored where it may matter or its value is unusable. */
 static int apply_sbatch(report_args_t *a, const char *name, const char *val)
 {
+    const char *why = unusable(a, name, val);
     int rc = 0;
 
 #define IS(s) (!strcmp(name, s))
-    if (may_matter(name)) {
-        note(a->ignored[a->src], sizeof(a->ignored[a->src]), name, val);
+    if (a->src == SRC_SBATCH && IS("exclusive")) {
+        a->o.exclusive = !val; /* whole nodes; =user and =mcs share them */
+        if (!val) {
+            note(a->read[a->src], sizeof(a->read[a->src]), name, val, NULL);
+            return 0;
+        }
+    }
+    if (why || may_matter(name)) {
+        note(a->ignored[a->src], sizeof(a->ignored[a->src]), name, val, why);
         return 0;
     }
+    /* before the value replaces the script's: a bad one fails the report */
     if (a->src == SRC_SRUN)
         srun_replaces(a, name, val);
     if (IS("ddp-topo"))
@@ -370,51 +416,110 @@ static int apply_sbatch(report_args_t *a, const char *name, const char *val)
     else if (!val)
         return 0;
     else if (IS("gres"))
-        rc = gres_gpus(val, &a->gpus_per_node);
+        rc = gres_gpus(a, val, &a->gpus_per_node);
     else if (IS("gpus") || IS("G"))
-        rc = number("--gpus", strchr(val, ':') ? strrchr(val, ':') + 1 : val,
+        rc = number(a, "--gpus", strchr(val, ':') ? strrchr(val, ':') + 1 : val,
                     (long)DT_NODE_MAX_GPUS * DT_HOSTLIST_MAX_HOSTS, &a->gpus_total);
     else if (IS("gpus-per-task"))
-        rc = number("--gpus-per-task", strchr(val, ':') ? strrchr(val, ':') + 1 : val,
+        rc = number(a, "--gpus-per-task", strchr(val, ':') ? strrchr(val, ':') + 1 : val,
                     DT_NODE_MAX_GPUS, &a->gpus_per_task);
     else if ((rc = apply(a, name, val)) == 1)
         return 0; /* --time, --job-name: no part of the plan */
 #undef IS
     if (rc == 0)
-        note(a->read[a->src], sizeof(a->read[a->src]), name, val);
+        note(a->read[a->src], sizeof(a->read[a->src]), name, val, NULL);
     return rc;
 }
 
-/* sbatch's and srun's options that never take a separate value (a
- * following word is the program, or the next option's), --ddp-topo among
- * them: SPANK's optional values need '='. */
-static int flag_option(const char *name)
+/* sbatch's options that take no separate value (sbatch(1) of SLURM 22.05:
+ * none, or an optional one after '='), --ddp-topo among them; -W/--wait is
+ * one here, not on srun. Any other option on an #SBATCH line takes the
+ * next word that is no option. */
+static int sbatch_flag(const char *name)
 {
     static const char *const names[] = {
         "ddp-topo", "exclusive", "oversubscribe", "s", "share", "overcommit", "O", "contiguous",
-        "hold", "H", "quiet", "Q", "verbose", "v", "label", "l", "unbuffered", "u", "pty",
-        "exact", "whole", "overlap", "spread-job", "use-min-nodes", "test-only", "no-kill", "k",
-        "kill-on-bad-exit", "K", "preserve-env", "E", "disable-status", "X", "no-allocate", "Z",
-        "multi-prog", "requeue", "no-requeue", "reboot", "wait", "W", "parsable", "ignore-pbs"};
+        "get-user-env", "hold", "H", "ignore-pbs", "nice", "no-kill", "k", "no-requeue",
+        "parsable", "propagate", "quiet", "Q", "reboot", "requeue", "spread-job", "test-only",
+        "use-min-nodes", "verbose", "v", "wait", "W"};
 
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-        if (!strcmp(name, names[i]))
-            return 1;
-    return 0;
+    return IN(name, names);
+}
+
+/* srun's options that take a separate value (srun(1) of SLURM 22.05: a
+ * required one), this plugin's --ddp-topo-bind and the container options of
+ * pyxis, the SPANK plugin most GPU clusters run. Any other option on an
+ * srun line is a flag (--nice, --no-container-mount-home: optional values
+ * need '='), and the next word that is no option is the program. */
+static int srun_takes_value(const char *name)
+{
+    static const char *const names[] = {
+        "A", "b", "B", "c", "C", "d", "D", "e", "F", "G", "i", "J", "L", "m", "M", "n", "N",
+        "o", "p", "q", "r", "S", "t", "T", "w", "W", "x",
+        "accel-bind", "account", "acctg-freq", "bb", "bbf", "bcast-exclude", "begin", "chdir",
+        "cluster-constraint", "clusters", "comment", "constraint", "container", "core-spec",
+        "cores-per-socket", "cpu-bind", "cpu-freq", "cpus-per-gpu", "cpus-per-task", "deadline",
+        "delay-boot", "dependency", "distribution", "epilog", "error", "exclude", "export",
+        "extra-node-info", "gid", "gpu-bind", "gpu-freq", "gpus", "gpus-per-node",
+        "gpus-per-socket", "gpus-per-task", "gres", "gres-flags", "het-group", "hint", "input",
+        "job-name", "jobid", "licenses", "mail-type", "mail-user", "mcs-label", "mem",
+        "mem-bind", "mem-per-cpu", "mem-per-gpu", "mincpus", "mpi", "msg-timeout", "network",
+        "nodefile", "nodelist", "nodes", "ntasks", "ntasks-per-core", "ntasks-per-gpu",
+        "ntasks-per-node", "ntasks-per-socket", "open-mode", "output", "partition", "power",
+        "prefer", "priority", "profile", "prolog", "qos", "relative", "reservation", "signal",
+        "slurmd-debug", "sockets-per-node", "switches", "task-epilog", "task-prolog",
+        "tasks-per-node", "thread-spec", "threads", "threads-per-core", "time", "time-min",
+        "tmp", "uid", "wait", "wckey",
+        "ddp-topo-bind",
+        "container-image", "container-mounts", "container-workdir", "container-name",
+        "container-save", "container-env"};
+
+    return IN(name, names);
+}
+
+/* The next word at *p, as sbatch and the shell split a line: quotes ('...',
+ * "...") group and are removed, a backslash keeps the next character, a
+ * word starting with '#' begins a comment; `...` and $(...) stay whole, as
+ * written (their values are the shell's: unusable()). Written in place;
+ * NULL at the end. */
+static char *next_word(char **p)
+{
+    char *s = *p + strspn(*p, " \t\r"), *word = s, *out = s;
+    char quote = 0; /* the open quote, or 0 */
+    int depth = 0;  /* of $( */
+
+    if (!*s || *s == '#')
+        return NULL;
+    for (; *s && (quote || depth || !strchr(" \t\r", *s)); s++) {
+        char c = *s;
+        if (c == '\\' && quote != '\'' && s[1])
+            c = *++s;
+        else if (quote ? c == quote : strchr("'\"`", c) != NULL) {
+            quote = quote ? 0 : c;
+            if (c != '`')
+                continue;
+        } else if (quote != '\'' && c == '$' && s[1] == '(')
+            depth++;
+        else if (quote != '\'' && c == ')' && depth)
+            depth--;
+        *out++ = c;
+    }
+    *p = *s ? s + 1 : s;
+    *out = '\0';
+    return word;
 }
 
 /* The options of an #SBATCH line, or of an srun line up to its program
  * (the first word that is no option): --opt=value, --opt value, -N 2, -N2. */
 static int apply_options(report_args_t *a, char *line)
 {
-    static const char *const sep = " \t\r";
-    char *save, *tok = strtok_r(line, sep, &save);
+    char *tok = next_word(&line);
 
     while (tok) {
-        char *name = tok, *val = NULL, *eq, *next = strtok_r(NULL, sep, &save);
+        char *name = tok, *val = NULL, *eq, *next = next_word(&line);
         char shortopt[2] = {0};
-        if (name[0] != '-' && a->src == SRC_SRUN)
-            break;
+        if (a->src == SRC_SRUN && (name[0] != '-' || !strcmp(name, "--")))
+            break; /* the program; "--" ends srun's options */
         if (name[0] != '-') {
             tok = next;
             continue;
@@ -427,9 +532,10 @@ static int apply_options(report_args_t *a, char *line)
             val = name + 1;
             shortopt[0] = name[0];
             name = shortopt;
-        } else if (next && next[0] != '-' && !flag_option(name)) {
+        } else if (next && next[0] != '-' &&
+                   (a->src == SRC_SRUN ? srun_takes_value(name) : !sbatch_flag(name))) {
             val = next;
-            next = strtok_r(NULL, sep, &save);
+            next = next_word(&line);
         }
         if (apply_sbatch(a, name, val) < 0)
             return -1;
@@ -463,12 +569,34 @@ static char *srun_options(char *line)
 static int body_line(report_args_t *a, char *line, long lineno)
 {
     char *opts = srun_options(line);
+    int rc;
 
     if (!opts || a->nsrun++)
         return 0;
     a->srun_line = lineno;
     a->src = SRC_SRUN;
-    return apply_options(a, opts);
+    rc = apply_options(a, opts);
+    a->src = SRC_SBATCH; /* the command line's errors are no srun line's */
+    return rc;
+}
+
+/* The end of the shell command on `line` (its first line ends at `end`):
+ * a line ending in a backslash (before \n or \r\n) goes on in the next,
+ * joined here with spaces; *lineno counts the lines joined. #SBATCH lines
+ * are never joined: sbatch reads them one by one. */
+static char *command_end(char *line, char *end, char *limit, long *lineno)
+{
+    while (end < limit) {
+        char *cr = end > line && end[-1] == '\r' ? end - 1 : end;
+        if (cr == line || cr[-1] != '\\')
+            break;
+        memset(cr - 1, ' ', (size_t)(end - cr) + 2);
+        ++*lineno;
+        line = end + 1;
+        if (!(end = memchr(line, '\n', (size_t)(limit - line))))
+            end = limit;
+    }
+    return end;
 }
 
 /* As sbatch: #SBATCH lines until the first command; then, as srun, the
@@ -490,15 +618,17 @@ static int read_sbatch(report_args_t *a, const char *path)
         return cli_fail("report", why, "check the --sbatch path");
     }
     for (line = a->script; line < a->script + len; line = end + 1) {
-        char *s = line + strspn(line, " \t");
-        if (!(end = memchr(line, '\n', len - (size_t)(line - a->script))))
-            end = a->script + len;
+        char *s = line + strspn(line, " \t"), *limit = a->script + len;
+        long first = ++lineno;
+        if (!(end = memchr(line, '\n', (size_t)(limit - line))))
+            end = limit;
+        body |= s != end && *s != '#' && *s != '\r' && *s;
+        if (body && *s != '#')
+            end = command_end(line, end, limit, &lineno);
         *end = '\0';
-        lineno++;
-        body |= *s != '#' && *s != '\r' && *s;
         if (!body && !strncmp(s, "#SBATCH", 7) && apply_options(a, s + 7) < 0)
             return -1;
-        if (body && body_line(a, s, lineno) < 0)
+        if (body && body_line(a, s, first) < 0)
             return -1;
     }
     if (a->mode_seen && strcmp(mode_name(a->mode), "auto"))
@@ -517,7 +647,8 @@ static int from_slurm_env(report_args_t *a)
         a->tasks_per_node = v;
     if ((v = getenv("SLURM_DISTRIBUTION")))
         a->dist = v;
-    return (v = getenv("SLURM_JOB_ID")) ? number("SLURM_JOB_ID", v, UINT32_MAX, &a->o.job_id) : 0;
+    return (v = getenv("SLURM_JOB_ID")) ? number(a, "SLURM_JOB_ID", v, UINT32_MAX, &a->o.job_id)
+                                        : 0;
 }
 
 static int node_count(const report_args_t *a, long *n)
