@@ -299,7 +299,7 @@ static void json_port(FILE *f, const char *name, const char *text)
 
 static void json_job(FILE *f, const dt_report_t *r)
 {
-    char bind[32];
+    char bind[32], cores[400];
 
     fprintf(f, "{\"schema\":\"ddp-topo-report\",\"version\":1,\"job\":{\"nodes\":%zu,\"ranks\":%u,"
             "\"tasks_per_node\":", r->nhosts, r->layout.ntasks);
@@ -308,7 +308,10 @@ static void json_job(FILE *f, const dt_report_t *r)
     json_str(f, r->master_addr);
     json_port(f, "master_port", r->master_port);
     json_port(f, "runtime_port", r->runtime_port);
-    fprintf(f, ",\"bind\":\"%s\"},", dt_bind_name(r->opts.bind, bind, sizeof(bind)));
+    fprintf(f, ",\"bind\":\"%s\",\"cores\":", dt_bind_name(r->opts.bind, bind, sizeof(bind)));
+    dt_report_cores(r, cores, sizeof(cores)); /* the assumption, as the text report says it */
+    json_str(f, cores + strlen("cores: "));
+    fprintf(f, "},");
 }
 
 static void json_cost(FILE *f, const dt_report_t *r)

@@ -213,7 +213,7 @@ static int plan_kind(dt_report_t *r, kind_t *k, dt_error_t *err)
         rc = dt_plan_node(&k->node, &req, &k->plan, err);
         if (rc == DT_PLAN_NEEDS_SHARE) /* the report's flag, then the job's */
             snprintf(err->text + strlen(err->text), sizeof(err->text) - strlen(err->text),
-                     " (--share here; --ddp-topo=auto,share in the job)");
+                     " (ddp-topo report --share; --ddp-topo=auto,share in the job)");
     }
     /* -c for every core of the node: groups keep to their GPUs' cores (dt_plan_node), so
      * others may stay idle; part of a node is used whole */
