@@ -72,18 +72,35 @@ int net_listen(int port, int *out_port, drt_error_t *err)
     return fd;
 }
 
+/* Connected to itself: with nobody listening on a local port in the
+ * ephemeral range, the kernel may pick that very port as the source, and
+ * the connection then holds the port the listener (rank 0) must bind. */
+static int self_connected(int fd)
+{
+    struct sockaddr_in me, peer;
+    socklen_t l1 = sizeof(me), l2 = sizeof(peer);
+
+    return getsockname(fd, (struct sockaddr *)&me, &l1) == 0 &&
+           getpeername(fd, (struct sockaddr *)&peer, &l2) == 0 && me.sin_port == peer.sin_port &&
+           me.sin_addr.s_addr == peer.sin_addr.s_addr;
+}
+
 static int try_connect(const struct addrinfo *ai, double deadline)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), e = 0;
     socklen_t len = sizeof(e);
+    struct linger reset = {1, 0};
 
     if (fd < 0)
         return -1;
-    if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0)
+    if ((connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 ||
+         (errno == EINPROGRESS && wait_fd(fd, POLLOUT, deadline) > 0 &&
+          getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &len) == 0 && e == 0)) &&
+        !self_connected(fd))
         return fd;
-    if (errno == EINPROGRESS && wait_fd(fd, POLLOUT, deadline) > 0 &&
-        getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &len) == 0 && e == 0)
-        return fd;
+    /* a reset, not a close: a closed self-connection's TIME_WAIT would keep
+     * the port from rank 0 for a minute */
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
     close(fd);
     return -1;
 }
