@@ -370,6 +370,55 @@ typedef struct {
 /* hwloc 2.9 dereferences the complete set of an object that has a cpuset
  * or nodeset without one (SIGSEGV inside hwloc_topology_load: its core, not
  * its XML reader); every export has both, so refuse the file instead. */
+/* hwloc's bitmap text: "0x"-prefixed hex groups joined by commas, an
+ * empty group for a zero one ("0x1,,0x0"), the first possibly "0xf...f"
+ * (an infinite set). hwloc 2.9's parser asserts on others, e.g. a leading
+ * comma, which it does not count (the fuzzer found it). */
+static int bitmap_ok(const char *s)
+{
+    if (!strncmp(s, "0xf...f", 7) && (!s[7] || s[7] == ','))
+        s += s[7] ? 8 : 7;
+    if (*s == ',')
+        return 0;
+    for (size_t n; *s; s += n + (s[n] == ',')) {
+        n = 0;
+        if (*s == ',')
+            continue; /* an empty (zero) group */
+        if (strncmp(s, "0x", 2))
+            return 0;
+        s += 2;
+        n = strspn(s, "0123456789abcdefABCDEF");
+        if (n == 0 || n > 16 || (s[n] && s[n] != ',') || (s[n] == ',' && !s[n + 1]))
+            return 0;
+    }
+    return 1;
+}
+
+/* Every cpuset and nodeset attribute of an element (objects, cpukinds)
+ * in hwloc's own format. */
+static int sets_well_formed(xmlNode *n, const char *path, dt_error_t *err)
+{
+    for (xmlAttr *a = n->properties; a; a = a->next) {
+        const char *name = (const char *)a->name, *set = strstr(name, "set");
+        xmlChar *v;
+        int good;
+        if (!set || set[3] || set - name < 3 || (strncmp(set - 3, "cpu", 3) &&
+                                                 (set - name < 4 || strncmp(set - 4, "node", 4))))
+            continue; /* names ending in cpuset or nodeset only */
+        v = xmlGetProp(n, a->name);
+        good = v && bitmap_ok((const char *)v);
+        if (!good)
+            topo_seterr(err, "topology file '%.300s': line %ld: %s='%.40s' is not an hwloc "
+                        "bitmap (a damaged hwloc export: write it again with 'ddp-topo detect "
+                        "-o FILE')", path, xmlGetLineNo(n), (const char *)a->name,
+                        v ? (const char *)v : "");
+        xmlFree(v);
+        if (!good)
+            return -1;
+    }
+    return 0;
+}
+
 static int sets_complete(xmlNode *n, const char *path, dt_error_t *err)
 {
     static const char *const pairs[][2] = {{"cpuset", "complete_cpuset"},
@@ -378,6 +427,8 @@ static int sets_complete(xmlNode *n, const char *path, dt_error_t *err)
     for (; n; n = n->next) {
         if (n->type != XML_ELEMENT_NODE)
             continue;
+        if (sets_well_formed(n, path, err) < 0)
+            return -1;
         for (int i = 0; i < 2 && !xmlStrcmp(n->name, BAD_CAST "object"); i++)
             if (xmlHasProp(n, BAD_CAST pairs[i][0]) && !xmlHasProp(n, BAD_CAST pairs[i][1])) {
                 topo_seterr(err, "topology file '%.300s': line %ld: an object with a %s but "
