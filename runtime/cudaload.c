@@ -79,6 +79,7 @@ static int open_cudart(cuda_api_t *a, drt_error_t *err)
     int reused = 0;
 
     if (env && *env) {
+        a->cudart_reused = dlopen(env, RTLD_NOW | RTLD_NOLOAD) != NULL;
         if (!(a->cudart = dlopen(env, RTLD_NOW | RTLD_LOCAL)))
             return fail(err, "ddprt: cannot load the CUDA runtime DDPRT_CUDART_LIBRARY=%s: %s "
                         "(name an existing libcudart.so file, or unset it)", env, dl_why());
@@ -98,7 +99,9 @@ static int open_nccl(cuda_api_t *a, drt_error_t *err)
     const char *env = getenv("DDPRT_NCCL_LIBRARY"), *why = "";
 
     if (env && *env) {
-        a->nccl_reused = dlopen(env, RTLD_NOW | RTLD_NOLOAD) != NULL;
+        /* one file for both (a test's stand-in): it was just loaded as cudart */
+        a->nccl_reused = !strcmp(env, a->cudart_file) ? a->cudart_reused
+                                                      : dlopen(env, RTLD_NOW | RTLD_NOLOAD) != NULL;
         if (!(a->nccl = dlopen(env, RTLD_NOW | RTLD_LOCAL)))
             return fail(err, "ddprt: cannot load NCCL DDPRT_NCCL_LIBRARY=%s: %s (name an "
                         "existing libnccl.so.2 file, or unset it)", env, dl_why());

@@ -61,6 +61,7 @@ typedef struct {
     void *cudart, *nccl;           /* the dlopen handles (never closed) */
     char cudart_file[256], nccl_file[256]; /* what was loaded, for logs */
     int nccl_reused;               /* libnccl was already in the process */
+    int cudart_reused;             /* DDPRT_CUDART_LIBRARY was already in it */
     int nccl_version;              /* ncclGetVersion: 22809 is 2.28.9 */
     CUDALOAD_CUDART(CUDALOAD_FIELD)
     CUDALOAD_NCCL(CUDALOAD_FIELD)

@@ -1,6 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The GPU path's state, shared by gpu.c (the public drt_gpu_* calls, the
- * communicators, the watchdog) and nccl.c (the NCCL backend of the seam).
+/* The GPU path's state, shared by its files, each one job, calls going one
+ * way (down this list):
+ *   gpu.c      the public drt_gpu_* calls and the buckets' device memory
+ *   gpucomm.c  the communicators: ids, init, readiness, warm-up, the set
+ *   gpudev.c   which CUDA device, and this rank's events on it
+ *   nccl.c     the NCCL backend of the collective seam (backend.h)
+ *   gpuwatch.c the failure state, the teardown, the watchdog, the work
+ *              list and the requests: it calls none of the files above
  * Only compiled with the CUDA and NCCL headers (cudaload.h). */
 #ifndef DDPRT_GPU_H
 #define DDPRT_GPU_H
@@ -57,6 +63,9 @@ struct gpu {
     size_t nwork, capwork;
     pthread_t dog;
     int dog_started, dog_stop;
+    struct teardown *td;        /* the abort or destroy under way, or NULL */
+    int td_stuck;               /* it never returned: leave the device alone */
+    int pipelined;              /* NCCL_LAUNCH_ORDER_IMPLICIT in effect */
 };
 
 /* nccl.c: the backend */
@@ -78,8 +87,20 @@ int nccl_begin(struct gpu *g, const nccl_group_t *ng, drt_error_t *err);
 int gpu_wait_event(struct gpu *g, cudaEvent_t ev, const char *what, drt_error_t *err);
 void nccl_lanes_free(struct gpu *g);
 
-/* gpu.c */
-/* record the failure (the first wins), abort every communicator; -1 with
+/* gpudev.c: the device for this rank (the argument, DDP_TOPO_DEVICE,
+ * DDP_TOPO_GPU, LOCAL_RANK), made current on this thread and left so (a
+ * rank uses one GPU: restoring the caller's would make a context there),
+ * and the set's events on it */
+int gpu_local_setup(struct gpu *g, int device, drt_error_t *err);
+
+/* gpucomm.c: the world, node and rail communicators, ready and warmed up,
+ * on every rank or on none (mine: this rank's gpu_local_setup result, so
+ * a rank that failed there still takes part); the set over them */
+int gpu_comms_attach(struct gpu *g, int mine, drt_error_t *err);
+
+/* gpuwatch.c */
+/* record the failure (the first wins) and start aborting every
+ * communicator on a thread of its own (never waited for here); -1 with
  * the first failure in err */
 int gpu_fail(struct gpu *g, drt_error_t *err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -87,6 +108,21 @@ int gpu_fail(struct gpu *g, drt_error_t *err, const char *fmt, ...)
 int gpu_failed(struct gpu *g, drt_error_t *err);
 /* a short sleep that grows with spins: polls give the CPU back */
 void gpu_idle(unsigned spins);
+/* end the communicators: destroy (after a clean drain) or abort, and wait
+ * for that (and any abort under way) up to DDPRT_TIMEOUT + 1 s; 0 when it
+ * returned, -1 when it is left behind (g->td_stuck: the device's streams
+ * may never drain, so nothing may wait on them) */
+int gpu_teardown_wait(struct gpu *g, int destroy);
+int gpu_watch_start(struct gpu *g, drt_error_t *err);
+void gpu_watch_stop(struct gpu *g);
+/* the watchdog's: an event after collective seq's work on s */
+int gpu_track(struct gpu *g, cudaStream_t s, drt_error_t *err);
+/* 1 once the tracked work is done (polled under DDPRT_TIMEOUT), else 0 */
+int gpu_work_drained(struct gpu *g);
+void gpu_work_free(struct gpu *g);
+/* a request's event recorded on stream, for drt_gpu_iallreduce */
+struct gpu_req *gpu_req_new(struct gpu *g, cudaStream_t stream, drt_error_t *err);
+void gpu_req_free(struct gpu_req *q);
 #endif
 
 #endif

@@ -141,8 +141,11 @@ void pmix_finalize(drt_comm_t *c);
 /* notice.c: when a rank sees a peer die it tells every rank at once, so
  * all fail naming the rank that died, not the neighbour that gave up */
 void notice_open(drt_comm_t *c, int port);
-void notice_send(drt_comm_t *c, int dead);
-int notice_check(drt_comm_t *c, drt_error_t *err);
+enum { NOTICE_DIED, NOTICE_GPU_INIT }; /* rank `dead` died; could not make its NCCL comms */
+#define NOTICE_DIED_ONLY (1u << NOTICE_DIED)
+void notice_send(drt_comm_t *c, int dead); /* NOTICE_DIED */
+void notice_send_kind(drt_comm_t *c, int dead, int kind);
+int notice_check(drt_comm_t *c, unsigned kinds, drt_error_t *err);
 
 /* shm.c */
 int shm_attach(drt_comm_t *c, drt_error_t *err);

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 typedef struct {
-    uint32_t magic, dead, reporter, pad;
+    uint32_t magic, dead, reporter, kind; /* kind: NOTICE_DIED or NOTICE_GPU_INIT */
     uint64_t seq;
     unsigned char nonce[16]; /* two notices never sign the same bytes */
     unsigned char mac[AUTH_MAC]; /* HMAC of everything above: the secret stays here */
@@ -35,8 +35,13 @@ void notice_open(drt_comm_t *c, int port)
 
 void notice_send(drt_comm_t *c, int dead)
 {
+    notice_send_kind(c, dead, NOTICE_DIED);
+}
+
+void notice_send_kind(drt_comm_t *c, int dead, int kind)
+{
     notice_t n = {.magic = DRT_MAGIC, .dead = (uint32_t)dead, .reporter = (uint32_t)c->rank,
-                  .seq = c->seq};
+                  .kind = (uint32_t)kind, .seq = c->seq};
 
     if (c->notice_fd < 0 || !c->ep_ip)
         return;
@@ -50,8 +55,9 @@ void notice_send(drt_comm_t *c, int dead)
     }
 }
 
-/* -1 with err naming the dead rank when a notice has arrived. */
-int notice_check(drt_comm_t *c, drt_error_t *err)
+/* -1 with err naming the rank when a notice of one of kinds (a mask of
+ * 1 << NOTICE_*) has arrived; others are dropped */
+int notice_check(drt_comm_t *c, unsigned kinds, drt_error_t *err)
 {
     notice_t n;
 
@@ -59,9 +65,14 @@ int notice_check(drt_comm_t *c, drt_error_t *err)
         return 0;
     while (recv(c->notice_fd, &n, sizeof(n), 0) == (ssize_t)sizeof(n)) {
         char where[64];
-        if (n.magic != DRT_MAGIC || (int)n.dead >= c->size ||
+        if (n.magic != DRT_MAGIC || (int)n.dead >= c->size || n.kind >= 32 ||
+            !(kinds & (1u << n.kind)) ||
             !auth_check(c, "ddprt notice", &n, offsetof(notice_t, mac), NULL, 0, n.mac))
             continue;
+        if (n.kind == NOTICE_GPU_INIT)
+            return drt_fail(err, "ddprt: rank %u (%s) could not start its NCCL communicators "
+                            "(its own error says why)", n.dead,
+                            drt_where(c, (int)n.dead, where, sizeof(where)));
         return drt_fail(err, "rank %u (%s) died during collective #%llu (reported by rank %u)",
                         n.dead, drt_where(c, (int)n.dead, where, sizeof(where)),
                         (unsigned long long)n.seq, n.reporter);

@@ -265,7 +265,7 @@ static int run(drt_comm_t *c, side_t *s, drt_error_t *err)
         ssize_t moved = 0;
         for (int i = 0; i < 2; i++) {
             ssize_t n = s[i].ch ? step(&s[i]) : 0;
-            if (n < 0 && notice_check(c, err) < 0)
+            if (n < 0 && notice_check(c, NOTICE_DIED_ONLY, err) < 0)
                 return -1; /* someone else saw the root cause first */
             if (n < 0) {
                 char where[64];
@@ -285,13 +285,13 @@ static int run(drt_comm_t *c, side_t *s, drt_error_t *err)
         }
         for (int i = 0; spins % 64 == 0 && i < 2; i++) /* kill(): a syscall, not every spin */
             if (s[i].ch && s[i].done < total(&s[i]) && s[i].ch->tp->dead(s[i].ch)) {
-                if (notice_check(c, err) < 0)
+                if (notice_check(c, NOTICE_DIED_ONLY, err) < 0)
                     return -1; /* it died because another rank did */
                 notice_send(c, s[i].ch->peer);
                 return drt_fail(err, "rank %d (pid %d on this node) died during collective #%llu",
                                 s[i].ch->peer, (int)s[i].ch->pid, (unsigned long long)c->seq);
             }
-        if (spins % 64 == 0 && notice_check(c, err) < 0) /* a syscall: not every spin */
+        if (spins % 64 == 0 && notice_check(c, NOTICE_DIED_ONLY, err) < 0) /* a syscall: not every spin */
             return -1;
         if (__atomic_load_n(&c->abort, __ATOMIC_ACQUIRE))
             return drt_fail(err, "collective #%llu abandoned: the other phase failed",

@@ -185,6 +185,17 @@ static void pass_listener(int rank, int listen_fd)
     setenv(DRT_ENV_LISTEN_FD, buf, 1);
 }
 
+/* NCCL_HOSTID (unless set): this host's name and the emulated node's
+ * number, so NCCL tells the nodes apart as it does real hosts */
+static void host_id(int node)
+{
+    char host[256] = "localhost", id[300];
+
+    gethostname(host, sizeof(host) - 1);
+    snprintf(id, sizeof(id), "%s-ddp-run-node%d", host, node);
+    setenv("NCCL_HOSTID", id, 0);
+}
+
 static pid_t spawn(int rank, int n, int m, char **argv, int listen_fd, const char *run_id)
 {
     int node = 0;
@@ -203,6 +214,8 @@ static pid_t spawn(int rank, int n, int m, char **argv, int listen_fd, const cha
     contract_rank_env(&r, set_one, NULL);
     contract_elastic_env(run_id, get_one, set_one, NULL);
     setenv_num("DDP_RUN_NODE", node);
+    if (m > 1) /* emulated nodes are hosts of their own to NCCL too */
+        host_id(node);
     setenv(DRT_ENV_OMP_THREADS, "1", 0);
     execvp(argv[0], argv);
     fprintf(stderr, "ddp-run: cannot run '%s': %s (check the program path)\n", argv[0],
