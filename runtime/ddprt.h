@@ -113,8 +113,10 @@ int drt_wait(drt_request_t *req, drt_error_t *err); /* frees req */
 
 /* Select the CUDA device and create the NCCL world, node and rail
  * communicators (collective over the world; later calls reuse them).
- * device < 0: the plugin's binding: DDP_TOPO_GPU, else device LOCAL_RANK of
- * those CUDA_VISIBLE_DEVICES shows. Implied by the first GPU collective. */
+ * device < 0: the plugin's binding: DDP_TOPO_DEVICE, else DDP_TOPO_GPU,
+ * else device LOCAL_RANK of those CUDA_VISIBLE_DEVICES shows. Implied by the
+ * first GPU collective. This and every drt_gpu_* call leave that device
+ * current on the calling thread (a rank uses one GPU). */
 int drt_gpu_attach(drt_comm_t *c, int device, drt_error_t *err);
 /* the device in use, -1 before drt_gpu_attach */
 int drt_gpu_device(const drt_comm_t *c);

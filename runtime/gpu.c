@@ -164,8 +164,11 @@ static void device_free(struct gpu *g)
             g->api->cudaEventDestroy(g->t0);
         if (g->t1)
             g->api->cudaEventDestroy(g->t1);
+        if (g->warm)
+            g->api->cudaFree(g->warm);
     }
     g->fork = g->t0 = g->t1 = NULL;
+    g->warm = NULL;
 }
 
 /* undo a failed attach: this rank's part only (peers fail on their own) */

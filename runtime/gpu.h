@@ -41,7 +41,8 @@ struct gpu {
     /* the current call (one at a time: the caller's thread issues) */
     cudaStream_t stream;        /* the caller's stream: lane 0 */
     cudaStream_t cur;           /* where group ops enqueue: stream, or side */
-    cudaStream_t side;          /* lane 1 of the pipelined hier */
+    cudaStream_t side;          /* lane 1 of the pipelined hier, and the warm-up's */
+    float *warm;                /* the warm-up's one float (gpucomm.c) */
     cudaEvent_t fork, t0, t1;   /* side waits on fork; timers */
     cudaEvent_t *lane_done;     /* per side call: join(k) waits on [k] */
     int nlane_done, lane_calls, lane_failed;

@@ -130,38 +130,29 @@ static int comms_ready(struct gpu *g, double deadline, drt_error_t *err)
 }
 
 /* one float summed on each communicator, in the same order on every rank,
- * on a stream of its own, waited for (polled) */
+ * on the side lane's stream (made here), waited for (polled). The float
+ * stays until finalize: a stream-ordered free behind a collective that
+ * failed would be one more call on a stream NCCL may still hold. */
 static int warm_up(struct gpu *g, drt_error_t *err)
 {
     const cuda_api_t *a = g->api;
-    cudaStream_t s = NULL;
-    float *one = NULL;
-    int rc = -1;
 
-    if (a->cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess ||
-        a->cudaMallocAsync((void **)&one, sizeof(*one), s) != cudaSuccess ||
-        a->cudaMemsetAsync(one, 0, sizeof(*one), s) != cudaSuccess) {
-        drt_fail(err, "ddprt: CUDA device %d: cannot set up the NCCL warm-up", g->device);
-        goto out;
-    }
+    if ((!g->side && a->cudaStreamCreateWithFlags(&g->side, cudaStreamNonBlocking) != cudaSuccess) ||
+        a->cudaMalloc((void **)&g->warm, sizeof(float)) != cudaSuccess ||
+        a->cudaMemsetAsync(g->warm, 0, sizeof(float), g->side) != cudaSuccess)
+        return drt_fail(err, "ddprt: CUDA device %d: cannot set up the NCCL warm-up", g->device);
     for (int i = 0; i < GPU_GROUPS; i++) {
         nccl_group_t *ng = &g->ng[i];
         if (nccl_begin(g, ng, err) < 0 ||
-            nccl_settle(g, ng, a->ncclAllReduce(one, one, 1, ncclFloat32, ncclSum, ng->comm, s),
+            nccl_settle(g, ng,
+                        a->ncclAllReduce(g->warm, g->warm, 1, ncclFloat32, ncclSum, ng->comm,
+                                         g->side),
                         "warm-up allreduce", err) < 0)
-            goto out;
+            return -1;
     }
-    if (a->cudaEventRecord(g->fork, s) != cudaSuccess) {
-        drt_fail(err, "ddprt: CUDA device %d: cudaEventRecord failed", g->device);
-        goto out;
-    }
-    rc = gpu_wait_event(g, g->fork, "the NCCL warm-up allreduces", err);
-out:
-    if (one)
-        a->cudaFreeAsync(one, s);
-    if (s)
-        a->cudaStreamDestroy(s);
-    return rc;
+    if (a->cudaEventRecord(g->fork, g->side) != cudaSuccess)
+        return drt_fail(err, "ddprt: CUDA device %d: cudaEventRecord failed", g->device);
+    return gpu_wait_event(g, g->fork, "the NCCL warm-up allreduces", err);
 }
 
 /* NCCL_LAUNCH_ORDER_IMPLICIT=1 as the process started: a copy of NCCL
@@ -239,8 +230,10 @@ int gpu_comms_attach(struct gpu *g, int mine, drt_error_t *err)
         notice_send_kind(c, c->rank, NOTICE_GPU_INIT);
     if (mine == 0)
         mine = comms_ready(g, drt_now() + c->timeout, err);
-    if (mine == 0)
-        mine = warm_up(g, err);
-    return agree_ready(c, mine, "start its NCCL communicators", err);
+    /* before the warm-up: its first collective would wait for a rank whose
+     * init failed */
+    if (agree_ready(c, mine, "start its NCCL communicators", err) < 0)
+        return -1;
+    return agree_ready(c, warm_up(g, err), "warm up its NCCL communicators", err);
 }
 #endif

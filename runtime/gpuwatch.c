@@ -385,8 +385,11 @@ static void watch_once(struct gpu *g)
     if ((n = work_check(g, &seq, &bad)) < 0) {
         fail_work(g, seq, bad, NULL);
     } else if (async_check(g, why, sizeof(why)) < 0) {
+        /* the peers' kernels wait for ours: tell them whose error it is */
+        notice_send_kind(g->c, g->c->rank, NOTICE_GPU_ERROR);
         gpu_fail(g, NULL, "ddprt: GPU collective #%llu failed: %s", (unsigned long long)seq, why);
-    } else if (n > 0 && notice_check(g->c, NOTICE_DIED_ONLY, &notice) < 0) {
+    } else if (n > 0 &&
+               notice_check(g->c, NOTICE_DIED_ONLY | 1u << NOTICE_GPU_ERROR, &notice) < 0) {
         /* only while GPU work is out: the CPU path reads the same socket */
         gpu_fail(g, NULL, "ddprt: GPU collective #%llu failed: %s", (unsigned long long)seq,
                  notice.text);

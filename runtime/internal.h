@@ -141,7 +141,8 @@ void pmix_finalize(drt_comm_t *c);
 /* notice.c: when a rank sees a peer die it tells every rank at once, so
  * all fail naming the rank that died, not the neighbour that gave up */
 void notice_open(drt_comm_t *c, int port);
-enum { NOTICE_DIED, NOTICE_GPU_INIT }; /* rank `dead` died; could not make its NCCL comms */
+/* rank `dead` died; could not make its NCCL communicators; saw an NCCL error */
+enum { NOTICE_DIED, NOTICE_GPU_INIT, NOTICE_GPU_ERROR };
 #define NOTICE_DIED_ONLY (1u << NOTICE_DIED)
 void notice_send(drt_comm_t *c, int dead); /* NOTICE_DIED */
 void notice_send_kind(drt_comm_t *c, int dead, int kind);

@@ -69,6 +69,11 @@ int notice_check(drt_comm_t *c, unsigned kinds, drt_error_t *err)
             !(kinds & (1u << n.kind)) ||
             !auth_check(c, "ddprt notice", &n, offsetof(notice_t, mac), NULL, 0, n.mac))
             continue;
+        if (n.kind == NOTICE_GPU_ERROR)
+            return drt_fail(err, "rank %u (%s) reported an NCCL error in collective #%llu "
+                            "(its own error says which)", n.dead,
+                            drt_where(c, (int)n.dead, where, sizeof(where)),
+                            (unsigned long long)n.seq);
         if (n.kind == NOTICE_GPU_INIT)
             return drt_fail(err, "ddprt: rank %u (%s) could not start its NCCL communicators "
                             "(its own error says why)", n.dead,

@@ -37,7 +37,8 @@
     "Run N ranks of PROGRAM here, as M emulated nodes (default 1; ranks are\n" \
     "spread block-wise), each with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,\n" \
     "GROUP_RANK/NODE_RANK, GROUP_WORLD_SIZE, ROLE_*, TORCHELASTIC_*, MASTER_ADDR,\n" \
-    "MASTER_PORT, DDPRT_PORT, DDPRT_SECRET and DDP_RUN_NODE set. When a rank\n" \
+    "MASTER_PORT, DDPRT_PORT, DDPRT_SECRET and DDP_RUN_NODE set (and, with\n" \
+    "several nodes, NCCL_HOSTID unless set, so NCCL sees separate hosts). When a rank\n" \
     "fails, the others get SIGTERM, then SIGKILL after --grace seconds (default\n" \
     "5), and ddp-run exits with the failed rank's status. SIGINT, SIGTERM and\n" \
     "SIGHUP are forwarded; when ddp-run itself dies (even by SIGKILL) the ranks\n" \

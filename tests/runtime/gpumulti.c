@@ -24,6 +24,7 @@
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 #include <math.h>
+#include <signal.h>
 #include <nccl.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -383,8 +384,13 @@ static int buckets(drt_comm_t *c)
 static int context(drt_comm_t *c)
 {
     struct ddp_standin_stats st = stats();
+    const char *vis = getenv("CUDA_VISIBLE_DEVICES");
     char list[256] = "";
     int want = drt_gpu_device(c), bad = 0;
+
+    /* the stand-in counts physical devices: the ordinal's entry */
+    for (int i = 0; vis && *vis && i <= drt_gpu_device(c); i++, vis = strchr(vis, ',') ? strchr(vis, ',') + 1 : "")
+        want = atoi(vis);
 
     for (int d = 0; d < 64; d++)
         if (st.contexts[d]) {
@@ -461,7 +467,7 @@ static int fault(drt_comm_t *c, int requests)
         say("longest drt_test call %.2f s", longest);
     cu.free(d);
     cu.stream_destroy(s);
-    return rc != 0;
+    return rc == 0; /* the failure is what this mode expects */
 }
 
 /* ---- NCCL loaded and used first, as PyTorch does ---- */
@@ -494,6 +500,8 @@ int main(int argc, char **argv)
 
     setvbuf(stdout, NULL, _IOLBF, 0);
     mode = argc > 1 ? argv[1] : "?";
+    if (!strncmp(mode, "fault", 5)) /* a survivor: ddp-run's SIGTERM must not end it first */
+        signal(SIGTERM, SIG_IGN);
     me = atoi(getenv("RANK") ? getenv("RANK") : "0");
     if (!strcmp(mode, "order") && order_preloaded() < 0)
         return 1;
@@ -501,11 +509,17 @@ int main(int argc, char **argv)
         return say("drt_init: %s", err.text), 1;
     me = drt_rank(c);
     nranks = drt_size(c);
+    if (getenv("GPUMULTI_NO_ATTACH") && me == 1) { /* a peer busy elsewhere */
+        struct timespec ts = {(time_t)atoi(getenv("DDPRT_TIMEOUT") ? getenv("DDPRT_TIMEOUT") : "5") + 3, 0};
+        nanosleep(&ts, NULL);
+        drt_finalize(c);
+        return 0;
+    }
     t0 = now();
     if (drt_gpu_attach(c, -1, &err) < 0) {
         say("attach failed after %.1f s: %s", now() - t0, err.text);
         drt_finalize(c);
-        return 1;
+        return strncmp(mode, "fault", 5) != 0; /* the fault modes expect failures */
     }
     /* only now: a library loaded before attach counts as PyTorch's */
     if (!cu.malloc && load() < 0)
