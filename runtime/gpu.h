@@ -62,6 +62,7 @@ struct gpu {
     int rail_host;              /* DDPRT_GPU_RAIL=host: staged_rail_ops */
     gpu_work_t *work;
     size_t nwork, capwork;
+    uint64_t last_seq;          /* the newest tracked collective's number (mu) */
     pthread_t dog;
     int dog_started, dog_stop;
     struct teardown *td;        /* the abort or destroy under way, or NULL */

@@ -99,7 +99,7 @@ static int comm_state(struct gpu *g, int i, drt_error_t *err)
     if (rc == ncclSuccess || rc == ncclInProgress)
         return rc == ncclSuccess;
     /* the peers' inits wait for this rank's forever: tell them now */
-    notice_send_kind(g->c, g->c->rank, NOTICE_GPU_INIT);
+    notice_send_kind(g->c, g->c->rank, NOTICE_GPU_INIT, g->c->seq);
     return drt_fail(err, "ddprt: NCCL %s communicator (%d ranks): init failed: %s: %s",
                     ng->name, g->groups[i].n, g->api->ncclGetErrorString(rc),
                     g->api->ncclGetLastError(ng->comm));
@@ -227,7 +227,7 @@ int gpu_comms_attach(struct gpu *g, int mine, drt_error_t *err)
     if (comm_ids(g, ids, err) < 0)
         return -1;
     if ((mine = comm_start(g, ids, err)) < 0) /* the peers' inits would wait for it */
-        notice_send_kind(c, c->rank, NOTICE_GPU_INIT);
+        notice_send_kind(c, c->rank, NOTICE_GPU_INIT, c->seq);
     if (mine == 0)
         mine = comms_ready(g, drt_now() + c->timeout, err);
     /* before the warm-up: its first collective would wait for a rank whose

@@ -220,6 +220,8 @@ static int work_add(struct gpu *g, gpu_work_t w, drt_error_t *err)
         g->capwork = cap;
     }
     g->work[g->nwork++] = w;
+    if (w.seq > g->last_seq)
+        g->last_seq = w.seq;
     pthread_mutex_unlock(&g->mu);
     return 0;
 }
@@ -295,8 +297,8 @@ static int work_check(struct gpu *g, uint64_t *seq, cudaError_t *bad)
         g->work[keep++] = *w;
     }
     g->nwork = keep;
-    if (!late)
-        *seq = keep ? g->work[0].seq : g->c->seq;
+    if (!late) /* not c->seq: the caller's thread changes it */
+        *seq = keep ? g->work[0].seq : g->last_seq;
     left = (int)keep;
     pthread_mutex_unlock(&g->mu);
     for (size_t i = 0; i < ndone; i++)
@@ -386,7 +388,7 @@ static void watch_once(struct gpu *g)
         fail_work(g, seq, bad, NULL);
     } else if (async_check(g, why, sizeof(why)) < 0) {
         /* the peers' kernels wait for ours: tell them whose error it is */
-        notice_send_kind(g->c, g->c->rank, NOTICE_GPU_ERROR);
+        notice_send_kind(g->c, g->c->rank, NOTICE_GPU_ERROR, seq);
         gpu_fail(g, NULL, "ddprt: GPU collective #%llu failed: %s", (unsigned long long)seq, why);
     } else if (n > 0 &&
                notice_check(g->c, NOTICE_DIED_ONLY | 1u << NOTICE_GPU_ERROR, &notice) < 0) {
@@ -395,7 +397,7 @@ static void watch_once(struct gpu *g)
                  notice.text);
     } else if (n > 0 && (dead = dead_peer(g->c)) >= 0) {
         /* tell every rank, as the CPU path does: theirs may only time out */
-        notice_send(g->c, dead);
+        notice_send_kind(g->c, dead, NOTICE_DIED, seq);
         gpu_fail(g, NULL, "ddprt: rank %d (%s) died during GPU collective #%llu (seen by "
                  "rank %d)", dead, drt_where(g->c, dead, where, sizeof(where)),
                  (unsigned long long)seq, g->c->rank);

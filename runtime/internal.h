@@ -144,8 +144,9 @@ void notice_open(drt_comm_t *c, int port);
 /* rank `dead` died; could not make its NCCL communicators; saw an NCCL error */
 enum { NOTICE_DIED, NOTICE_GPU_INIT, NOTICE_GPU_ERROR };
 #define NOTICE_DIED_ONLY (1u << NOTICE_DIED)
-void notice_send(drt_comm_t *c, int dead); /* NOTICE_DIED */
-void notice_send_kind(drt_comm_t *c, int dead, int kind);
+void notice_send(drt_comm_t *c, int dead); /* NOTICE_DIED in collective c->seq */
+/* seq given: a thread other than the caller's (the GPU watchdog) must not read c->seq */
+void notice_send_kind(drt_comm_t *c, int dead, int kind, uint64_t seq);
 int notice_check(drt_comm_t *c, unsigned kinds, drt_error_t *err);
 
 /* shm.c */

@@ -72,7 +72,7 @@ int nccl_settle_op(struct gpu *g, nccl_group_t *ng, ncclResult_t rc, const char 
     if (rc == ncclSuccess)
         return 0;
     /* the peers' kernels wait for this rank's: tell them whose error it is */
-    notice_send_kind(g->c, g->c->rank, NOTICE_GPU_ERROR);
+    notice_send_kind(g->c, g->c->rank, NOTICE_GPU_ERROR, g->c->seq);
     return gpu_fail(g, err, "ddprt: GPU collective #%llu: %s on the NCCL %s communicator "
                     "failed: %s%s%s", (unsigned long long)g->c->seq, what, ng->name,
                     a->ncclGetErrorString(rc), *last ? ": " : "", last);

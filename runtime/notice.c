@@ -35,13 +35,13 @@ void notice_open(drt_comm_t *c, int port)
 
 void notice_send(drt_comm_t *c, int dead)
 {
-    notice_send_kind(c, dead, NOTICE_DIED);
+    notice_send_kind(c, dead, NOTICE_DIED, c->seq);
 }
 
-void notice_send_kind(drt_comm_t *c, int dead, int kind)
+void notice_send_kind(drt_comm_t *c, int dead, int kind, uint64_t seq)
 {
     notice_t n = {.magic = DRT_MAGIC, .dead = (uint32_t)dead, .reporter = (uint32_t)c->rank,
-                  .kind = (uint32_t)kind, .seq = c->seq};
+                  .kind = (uint32_t)kind, .seq = seq};
 
     if (c->notice_fd < 0 || !c->ep_ip)
         return;
