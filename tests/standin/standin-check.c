@@ -395,6 +395,127 @@ static void event_checks(void)
     A.cudaGetLastError();
 }
 
+/* a host function that calls CUDA and NCCL, which CUDA forbids */
+static cudaError_t hostfn_rc = cudaSuccess;
+static ncclResult_t hostfn_nrc = ncclSuccess;
+static void calls_cuda_fn(void *arg)
+{
+    int n;
+
+    hostfn_rc = A.cudaGetDeviceCount(&n);
+    hostfn_nrc = A.ncclGetVersion(&n);
+    __atomic_store_n((volatile int *)arg, 1, __ATOMIC_RELEASE);
+}
+
+/* the quarantine forgets the oldest frees first, never a recent one */
+static void quarantine_checks(void)
+{
+    enum { N = 1100 };
+    static void *p[N];
+    char buf[2048];
+    cudaError_t rc;
+
+    for (int i = 0; i < N; i++)
+        A.cudaMalloc(&p[i], 64);
+    for (int i = 0; i < N; i++)
+        A.cudaFree(p[i]);
+    cap_begin();
+    rc = A.cudaMemsetAsync(p[N - 3], 0, 8, 0);
+    cap_end(buf, sizeof(buf));
+    check(rc == cudaErrorInvalidValue && strstr(buf, "use after free"),
+          "1100 frees: the third most recent is still known as a use after free", "rc %d, '%s'",
+          rc, buf);
+    cap_begin();
+    rc = A.cudaMemsetAsync(p[N - 1024], 0, 8, 0);
+    cap_end(buf, sizeof(buf));
+    check(rc == cudaErrorInvalidValue && strstr(buf, "use after free"),
+          "... and so is the 1024th most recent", "rc %d, '%s'", rc, buf);
+    A.cudaGetLastError();
+}
+
+static void hardening_checks(void)
+{
+    char buf[2048];
+    cudaStream_t s, s1;
+    gate_t g = {0, 0};
+    volatile int flag = 0;
+    cudaEvent_t e;
+    void *p;
+    cudaError_t rc;
+
+    quarantine_checks();
+    A.cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    A.cudaLaunchHostFunc(s, calls_cuda_fn, (void *)&flag);
+    poll_flag(&flag, 1, 5);
+    check(hostfn_rc == cudaErrorNotPermitted && hostfn_nrc == ncclInvalidUsage,
+          "a CUDA or NCCL call from a host function is refused (cudaErrorNotPermitted)",
+          "cuda %d nccl %d", hostfn_rc, hostfn_nrc);
+    A.cudaStreamSynchronize(s);
+
+    /* overlapping copies: copy engines are no memmove */
+    A.cudaMalloc(&p, 256);
+    cap_begin();
+    rc = A.cudaMemcpyAsync((char *)p + 16, p, 64, cudaMemcpyDeviceToDevice, s);
+    cap_end(buf, sizeof(buf));
+    check(rc == cudaErrorInvalidValue && strstr(buf, "overlap"),
+          "a copy between overlapping ranges is refused", "rc %d, '%s'", rc, buf);
+    check(A.cudaMemcpyAsync((char *)p + 64, p, 64, cudaMemcpyDeviceToDevice, s) == cudaSuccess,
+          "... adjacent ranges are fine", "-");
+    A.cudaStreamSynchronize(s);
+    A.cudaFree(p);
+
+    /* a destroyed blocking stream's pending work still orders the NULL stream */
+    A.cudaStreamCreateWithFlags(&s1, cudaStreamDefault);
+    A.cudaLaunchHostFunc(s1, gate_fn, &g);
+    A.cudaStreamDestroy(s1);
+    flag = 0;
+    A.cudaLaunchHostFunc(0, flag_fn, (void *)&flag);
+    check(!poll_flag(&flag, 1, 0.3), "NULL-stream work waits for a destroyed blocking stream's "
+          "pending work", "flag %d", flag);
+    __atomic_store_n(&g.open, 1, __ATOMIC_RELEASE);
+    check(poll_flag(&flag, 1, 5), "... and runs once it is done", "flag %d", flag);
+    A.cudaDeviceSynchronize();
+
+    /* an event destroyed with a record and a wait on it pending: both still run */
+    g = (gate_t){0, 0};
+    flag = 0;
+    A.cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking);
+    A.cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+    A.cudaLaunchHostFunc(s, gate_fn, &g);
+    A.cudaEventRecord(e, s);
+    A.cudaStreamWaitEvent(s1, e, 0);
+    A.cudaLaunchHostFunc(s1, flag_fn, (void *)&flag);
+    check(A.cudaEventDestroy(e) == cudaSuccess && !poll_flag(&flag, 1, 0.2),
+          "cudaEventDestroy of an event still pending returns at once; its waiter still waits",
+          "flag %d", flag);
+    __atomic_store_n(&g.open, 1, __ATOMIC_RELEASE);
+    check(poll_flag(&flag, 1, 5) && A.cudaStreamSynchronize(s) == cudaSuccess,
+          "... until the record runs", "flag %d", flag);
+    A.cudaStreamDestroy(s1);
+
+    /* cudaMallocAsync takes the stream's device; cudaFree syncs that device */
+    A.cudaSetDevice(1);
+    A.cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking);
+    A.cudaSetDevice(0);
+    g = (gate_t){0, 0};
+    A.cudaLaunchHostFunc(s1, gate_fn, &g);
+    A.cudaMallocAsync(&p, 64, s1);
+    {
+        pthread_t th;
+        struct freer fr = {p, 0, cudaSuccess};
+        pthread_create(&th, NULL, free_thread, &fr); /* a fresh thread: device 0 */
+        check(!poll_flag(&fr.done, 1, 0.3), "cudaMallocAsync on device 1's stream is device 1's "
+              "memory: cudaFree waits for device 1", "done %d", fr.done);
+        __atomic_store_n(&g.open, 1, __ATOMIC_RELEASE);
+        check(poll_flag(&fr.done, 1, 5) && fr.rc == cudaSuccess, "... and returns once it is idle",
+              "done %d rc %d", fr.done, fr.rc);
+        pthread_join(th, NULL);
+    }
+    A.cudaStreamDestroy(s1);
+    A.cudaStreamDestroy(s);
+    A.cudaGetLastError();
+}
+
 /* ---- children: one rank each ---- */
 
 static int rank_, nranks_;
@@ -657,6 +778,42 @@ static void moves(ncclComm_t c, cudaStream_t s)
     free(o);
 }
 
+/* avg of values whose sum overflows the type: NCCL premultiplies by 1/n,
+ * so the result is finite; int32 sums wrap as on a GPU */
+static void edge_reductions(ncclComm_t c, cudaStream_t s)
+{
+    unsigned char h[16], o[16];
+    void *d;
+    ncclResult_t rc;
+    double got;
+
+    A.cudaMalloc(&d, 16);
+    put(h, 0, ncclFloat16, 30000);
+    A.cudaMemcpy(d, h, 2, cudaMemcpyHostToDevice);
+    rc = A.ncclAllReduce(d, d, 1, ncclFloat16, ncclAvg, c, s);
+    A.cudaStreamSynchronize(s);
+    A.cudaMemcpy(o, d, 2, cudaMemcpyDeviceToHost);
+    got = get(o, 0, ncclFloat16);
+    say(rc == ncclSuccess && got == 30000, "avg of float16 30000 on every rank is 30000 (NCCL: "
+        "PreMulSum by 1/n, no overflow)", "rc %d, got %g", rc, got);
+    ((float *)h)[0] = 3e38f;
+    A.cudaMemcpy(d, h, 4, cudaMemcpyHostToDevice);
+    rc = A.ncclAllReduce(d, d, 1, ncclFloat32, ncclAvg, c, s);
+    A.cudaStreamSynchronize(s);
+    A.cudaMemcpy(o, d, 4, cudaMemcpyDeviceToHost);
+    got = ((float *)o)[0];
+    say(rc == ncclSuccess && got > 2.9e38 && got < 3.1e38, "avg of float32 3e38 on every rank "
+        "is about 3e38", "rc %d, got %g", rc, got);
+    ((int32_t *)h)[0] = INT32_MAX;
+    A.cudaMemcpy(d, h, 4, cudaMemcpyHostToDevice);
+    rc = A.ncclAllReduce(d, d, 1, ncclInt32, ncclSum, c, s);
+    A.cudaStreamSynchronize(s);
+    A.cudaMemcpy(o, d, 4, cudaMemcpyDeviceToHost);
+    say(rc == ncclSuccess && ((int32_t *)o)[0] == (int32_t)(0x7fffffffu * (uint32_t)nranks_),
+        "an int32 sum wraps as on a GPU", "rc %d, got %d", rc, ((int32_t *)o)[0]);
+    A.cudaFree(d);
+}
+
 static void child_coll(void)
 {
     static const ncclDataType_t types[] = {ncclFloat32, ncclFloat64, ncclBfloat16, ncclFloat16,
@@ -679,6 +836,7 @@ static void child_coll(void)
     }
     one_allreduce(c, s, ncclFloat32, ncclSum, 0, 300000, 1); /* more than one window */
     moves(c, s);
+    edge_reductions(c, s);
     A.ddp_standin_stats(&stt);
     say(stt.connect_waits == 1, "the first collective waited for the peers' connection (once)",
         "connect_waits %ld", stt.connect_waits);
@@ -712,6 +870,8 @@ static void child_mismatch(void)
     say(A.cudaStreamQuery(s) == cudaErrorNotReady, "... and the kernel spins", "-");
     say(A.ncclCommAbort(c) == ncclSuccess && A.cudaStreamSynchronize(s) == cudaSuccess,
         "... until ncclCommAbort", "-");
+    say(strstr(m, "collective #1 mismatch") != NULL, "... and the text ncclGetLastError gave "
+        "outlives the communicator", "'%s'", m);
     A.cudaFree(d);
     A.cudaStreamDestroy(s);
 }
@@ -905,6 +1065,134 @@ static void child_recordfail(void)
     A.cudaEventDestroy(e);
 }
 
+static void *slow_abort(void *arg);
+
+/* single-rank communicators: the argument checks that need no peer */
+static void child_single(void)
+{
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    ncclResult_t rc;
+    cudaStream_t s;
+    ncclComm_t c = NULL;
+    void *d;
+
+    cfg.blocking = 2;
+    rc = A.ncclCommInitRankConfig(&c, 1, ids_[1], 0, &cfg);
+    say(rc == ncclInvalidArgument && strstr(A.ncclGetLastError(NULL), "blocking attribute"),
+        "config.blocking other than 0, 1 or unset is ncclInvalidArgument", "rc %d", rc);
+    if (rc == ncclSuccess)
+        A.ncclCommDestroy(c);
+    c = init_comm(0, "check single", 1, &rc);
+    A.cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    A.cudaMalloc(&d, 64);
+    say(A.ncclAllReduce(d, d, 4, ncclFloat32, ncclSum, c, s) == ncclSuccess &&
+            A.cudaStreamSynchronize(s) == cudaSuccess, "a single-rank allreduce", "-");
+    say(A.ncclCommFinalize(c) == ncclSuccess, "ncclCommFinalize (blocking)", "-");
+    rc = A.ncclAllReduce(d, d, 4, ncclFloat32, ncclSum, c, s);
+    say(rc == ncclInvalidUsage, "a collective after ncclCommFinalize is ncclInvalidUsage", "rc %d",
+        rc);
+    rc = A.ncclCommFinalize(c);
+    say(rc == ncclInvalidUsage, "... and so is a second ncclCommFinalize", "rc %d", rc);
+    say(A.ncclCommDestroy(c) == ncclSuccess, "... ncclCommDestroy still ends it", "-");
+    c = init_comm(2, "check single 2", 1, &rc);
+    rc = A.ncclAllReduce(d, d, SIZE_MAX / 4 + 3, ncclFloat32, ncclSum, c, s);
+    say(rc == ncclInvalidArgument, "a count whose byte size overflows size_t is refused", "rc %d",
+        rc);
+    A.cudaStreamSynchronize(s);
+    A.ncclCommDestroy(c);
+    A.cudaFree(d);
+    A.cudaStreamDestroy(s);
+}
+
+/* a host range past the top of the address space (a GPU would fault) */
+static void child_wrap(void)
+{
+    void *d;
+    cudaError_t rc;
+
+    A.cudaMalloc(&d, 64);
+    rc = A.cudaMemcpyAsync(d, (void *)(UINTPTR_MAX - 15), 64, cudaMemcpyHostToDevice, 0);
+    say(rc == cudaErrorInvalidValue, "a host range wrapping around the address space is refused",
+        "rc %d", rc);
+    A.cudaDeviceSynchronize();
+    A.cudaFree(d);
+}
+
+/* a process that joined a communicator its peers never joined, and exits:
+ * its segment does not stay in /dev/shm */
+static void child_orphan(void)
+{
+    char path[200] = "/dev/shm";
+    pid_t pid;
+    int st = -1;
+
+    memcpy(path + 8, ids_[0].internal + 8, 64); /* the id's name, "/ddp-gpu-standin-..." */
+    path[8 + 64] = 0;
+    if ((pid = fork()) == 0) {
+        ncclResult_t rc;
+        nranks_ = 2; /* rank 1 never comes */
+        init_comm(0, "check orphan", 0, &rc);
+        exit(rc == ncclInProgress && access(path, F_OK) == 0 ? 0 : 9);
+    }
+    waitpid(pid, &st, 0);
+    say(WIFEXITED(st) && WEXITSTATUS(st) == 0, "a lone rank's non-blocking init made its segment",
+        "status %d", st);
+    say(access(path, F_OK) != 0, "... and its exit unlinked it", "%s exists", path);
+}
+
+struct destroyer {
+    cudaStream_t s;
+    cudaEvent_t e;
+    cudaError_t rc;
+};
+
+static void *destroy_thread(void *arg)
+{
+    struct destroyer *d = arg;
+
+    d->rc = d->s ? A.cudaStreamDestroy(d->s) : A.cudaEventDestroy(d->e);
+    return NULL;
+}
+
+/* two threads destroying one stream (one event) while an abort's cleanup
+ * holds the context lock: exactly one wins, nothing is freed twice */
+static void child_abortrace(void)
+{
+    struct ddp_standin_stats stt = {0};
+    struct destroyer d[4];
+    pthread_t th, dt[4];
+    ncclResult_t rc;
+    cudaStream_t s;
+    cudaEvent_t e;
+    ncclComm_t c;
+    int ok_s = 0, ok_e = 0;
+
+    c = init_comm(0, "check slow race", 1, &rc);
+    A.cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    A.cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+    pthread_create(&th, NULL, slow_abort, c);
+    for (double end = now_s() + 5; now_s() < end && !stt.aborts; nap())
+        A.ddp_standin_stats(&stt);
+    for (double end = now_s() + 0.05; now_s() < end;)
+        nap(); /* into the cleanup, which holds the lock 800 ms */
+    for (int i = 0; i < 4; i++) {
+        d[i] = (struct destroyer){i < 2 ? s : NULL, e, cudaSuccess};
+        pthread_create(&dt[i], NULL, destroy_thread, &d[i]);
+    }
+    for (int i = 0; i < 4; i++)
+        pthread_join(dt[i], NULL);
+    pthread_join(th, NULL);
+    ok_s = (d[0].rc == cudaSuccess) + (d[1].rc == cudaSuccess);
+    ok_e = (d[2].rc == cudaSuccess) + (d[3].rc == cudaSuccess);
+    say(ok_s == 1, "two cudaStreamDestroy of one stream behind the context lock: one succeeds",
+        "%d succeeded", ok_s);
+    say(ok_e == 1, "two cudaEventDestroy of one event behind the context lock: one succeeds",
+        "%d succeeded", ok_e);
+    A.ddp_standin_stats(&stt);
+    say(stt.live_streams == 0 && stt.live_events == 0, "... and each is counted once",
+        "streams %ld events %ld", stt.live_streams, stt.live_events);
+}
+
 static void *slow_abort(void *arg)
 {
     A.ncclCommAbort((ncclComm_t)arg);
@@ -1023,12 +1311,24 @@ static void child_overlap(void)
     A.cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking);
     A.cudaMalloc(&d1, 64);
     A.cudaMalloc(&d2, 64);
-    if (rank_ == 1)
-        marked("rank0-issued", 10);
+    /* connected first (a first collective waits for every rank's), one at a time */
     A.ncclAllReduce(d1, d1, 4, ncclFloat32, ncclSum, a, s1);
-    if (rank_ == 0)
-        mark("rank0-issued"); /* a's kernel spins until rank 1 comes */
+    A.cudaStreamSynchronize(s1);
     A.ncclAllReduce(d2, d2, 4, ncclFloat32, ncclSum, b, s2);
+    A.cudaStreamSynchronize(s2);
+    /* rank 1 comes only once rank 0 has seen a's kernel (spinning for rank
+     * 1) and b's run at once: no timing decides the outcome */
+    if (rank_ == 1)
+        marked("rank0-saw", 15);
+    A.ncclAllReduce(d1, d1, 4, ncclFloat32, ncclSum, a, s1);
+    A.ncclAllReduce(d2, d2, 4, ncclFloat32, ncclSum, b, s2);
+    for (double end = now_s() + 10; rank_ == 0 && now_s() < end; nap()) {
+        A.ddp_standin_stats(&stt);
+        if (stt.cross_comm_overlaps >= 1)
+            break;
+    }
+    if (rank_ == 0)
+        mark("rank0-saw");
     A.cudaStreamSynchronize(s1);
     A.cudaStreamSynchronize(s2);
     A.ddp_standin_stats(&stt);
@@ -1106,6 +1406,10 @@ static int child(int argc, char **argv)
     else if (!strcmp(what, "initfail")) child_initfail();
     else if (!strcmp(what, "recordfail")) child_recordfail();
     else if (!strcmp(what, "abortslow")) child_abortslow();
+    else if (!strcmp(what, "abortrace")) child_abortrace();
+    else if (!strcmp(what, "single")) child_single();
+    else if (!strcmp(what, "orphan")) child_orphan();
+    else if (!strcmp(what, "wrap")) child_wrap();
     else if (!strcmp(what, "ctx")) child_ctx();
     else if (!strcmp(what, "visible")) child_visible();
     else if (!strcmp(what, "report")) child_report(0);
@@ -1299,6 +1603,7 @@ int main(int argc, char **argv)
     memory_checks();
     stream_checks();
     event_checks();
+    hardening_checks();
     A.ddp_standin_stats(&stt);
     check(stt.live_streams == 0 && stt.live_events == 0 && stt.live_allocs == 0 &&
               stt.live_host_allocs == 0,
@@ -1319,6 +1624,10 @@ int main(int argc, char **argv)
     scenario("initfail", 2, 1, "DDP_GPU_STANDIN_FAULT=initfail@*:1:*", 30, -1);
     scenario("recordfail", 1, 0, "DDP_GPU_STANDIN_FAULT=recordfail@*:*:2", 20, -1);
     scenario("abortslow", 1, 1, "DDP_GPU_STANDIN_FAULT=abortslow:600@slow:*:*", 20, -1);
+    scenario("abortrace", 1, 1, "DDP_GPU_STANDIN_FAULT=abortslow:800@race:*:*", 20, -1);
+    scenario("single", 1, 3, "", 20, -1);
+    scenario("wrap", 1, 0, "", 20, -1);
+    scenario("orphan", 1, 1, "", 20, -1);
     scenario("hang", 2, 1, "DDP_GPU_STANDIN_FAULT=exit@fault:1:1:7", 30, 7);
     scenario("overlap", 2, 2, "", 30, -1);
     snprintf(path, sizeof(path), "DDP_GPU_STANDIN_REPORT=%s/report", tmpdir);

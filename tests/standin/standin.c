@@ -81,6 +81,7 @@ static __thread char t_nccl_msg[512];
 static __thread int t_group;
 static __thread struct comm *t_deferred[64];
 static __thread int t_ndeferred;
+static __thread int t_hostfn;      /* this thread is running a cudaLaunchHostFunc function */
 
 /* ---- small helpers ---- */
 
@@ -429,7 +430,7 @@ typedef struct {
 
 static alloc_t *allocs;
 static size_t nallocs, capallocs;
-static alloc_t quar[QUARANTINE_MAX];
+static alloc_t quar[QUARANTINE_MAX]; /* a ring: quar_head is the oldest */
 static size_t nquar, quar_head, quar_bytes;
 
 static int alloc_add_locked(void *p, size_t size, int kind, int phys, const char *by)
@@ -465,9 +466,11 @@ static alloc_t *quar_at_locked(const void *p)
 {
     uintptr_t a = (uintptr_t)p;
 
-    for (size_t i = 0; i < nquar; i++)
-        if (a >= quar[i].base && a < quar[i].base + (quar[i].size ? quar[i].size : 1))
-            return &quar[i];
+    for (size_t i = 0; i < nquar; i++) {
+        alloc_t *q = &quar[(quar_head + i) % QUARANTINE_MAX];
+        if (a >= q->base && a < q->base + (q->size ? q->size : 1))
+            return q;
+    }
     return NULL;
 }
 
@@ -482,17 +485,18 @@ static void alloc_retire_locked(alloc_t *a)
         st.live_host_allocs--;
     *a = allocs[--nallocs];
     dead.freed = 1;
+    /* the oldest leaves first, so the most recent frees are always known */
     while (nquar && (nquar == QUARANTINE_MAX || quar_bytes + dead.size > QUARANTINE_BYTES)) {
         free((void *)quar[quar_head].base);
         quar_bytes -= quar[quar_head].size;
-        quar[quar_head] = quar[--nquar];
-        quar_head = 0;
+        quar_head = (quar_head + 1) % QUARANTINE_MAX;
+        nquar--;
     }
     if (dead.size > QUARANTINE_BYTES) {
         free((void *)dead.base);
         return;
     }
-    quar[nquar++] = dead;
+    quar[(quar_head + nquar++) % QUARANTINE_MAX] = dead;
     quar_bytes += dead.size;
 }
 
@@ -509,6 +513,10 @@ static int classify_locked(const void *p, size_t n, int *phys, char *why, size_t
     alloc_t *a = alloc_at_locked(p), *q;
     uintptr_t u = (uintptr_t)p;
 
+    if (n > UINTPTR_MAX - u) { /* no memory wraps around the address space */
+        snprintf(why, len, "%p + %zu bytes wraps around the address space", p, n);
+        return -1;
+    }
     if (a) {
         if (n > a->size - (u - a->base)) {
             snprintf(why, len, "%p + %zu bytes runs past the end of %s allocation %p (%zu bytes, "
@@ -530,7 +538,7 @@ static int classify_locked(const void *p, size_t n, int *phys, char *why, size_t
     }
     /* host memory must not run into an allocation either */
     for (size_t i = 0; n && i < nallocs; i++)
-        if (allocs[i].base > u && allocs[i].base < u + n) {
+        if (allocs[i].base > u && allocs[i].base - u < n) {
             snprintf(why, len, "%p + %zu bytes overlaps %s allocation %p (%zu bytes)", p, n,
                      kind_name(allocs[i].kind), (void *)allocs[i].base, allocs[i].size);
             return -1;
@@ -770,6 +778,20 @@ static stream_t *stream_of_locked(cudaStream_t h, int dev, const char *call, cud
     return s;
 }
 
+/* stream_of_locked, once the context locks of the stream's device and of
+ * the current one are free; looked up again after every wait, since the
+ * stream may be destroyed while G is dropped (G held) */
+static stream_t *stream_gated_locked(cudaStream_t h, int dev, const char *call, cudaError_t *rc,
+                                     char *why, size_t len)
+{
+    for (;;) {
+        stream_t *s = stream_of_locked(h, dev, call, rc, why, len);
+        if (!s || (!ctx_cleanup[s->phys] && !ctx_cleanup[vis_map[dev]]))
+            return s;
+        g_wait();
+    }
+}
+
 static int add_dep_locked(op_t *o, stream_t *on)
 {
     dep_t *more;
@@ -790,7 +812,7 @@ static int legacy_deps_locked(stream_t *s, op_t *o)
 {
     if (s->legacy) {
         for (stream_t *x = all_streams; x; x = x->next_all)
-            if (x != s && x->phys == s->phys && !x->legacy && !x->dead &&
+            if (x != s && x->phys == s->phys && !x->legacy && /* destroyed ones' work too */
                 !(x->flags & cudaStreamNonBlocking) && add_dep_locked(o, x) < 0)
                 return -1;
         return 0;
@@ -825,23 +847,42 @@ static void stream_wait_locked(stream_t *s, uint64_t seq)
         g_wait();
 }
 
-/* every stream of a device drained to what was queued now (G held) */
+/* no memory for a drain's list: wait until the device is idle instead */
+static void device_idle_locked(int phys)
+{
+    for (int busy = 1; busy;) {
+        busy = 0;
+        for (stream_t *x = all_streams; x; x = x->next_all)
+            busy |= x->phys == phys && x->completed < x->submitted;
+        if (busy)
+            g_wait();
+    }
+}
+
+/* every stream of a device drained to what was queued now, however many (G held) */
 static void device_drain_locked(int phys)
 {
-    uint64_t want[256];
-    stream_t *which[256];
-    int n = 0;
+    dep_t *w;
+    size_t n = 0, i = 0;
 
-    for (stream_t *x = all_streams; x && n < 256; x = x->next_all)
+    for (stream_t *x = all_streams; x; x = x->next_all)
+        n += x->phys == phys && x->completed < x->submitted;
+    if (!n)
+        return;
+    if (!(w = malloc(n * sizeof(*w)))) {
+        device_idle_locked(phys);
+        return;
+    }
+    for (stream_t *x = all_streams; x; x = x->next_all)
         if (x->phys == phys && x->completed < x->submitted) {
-            which[n] = x;
-            want[n++] = x->submitted;
+            w[i++] = (dep_t){x, x->submitted};
             x->refs++;
         }
-    for (int i = 0; i < n; i++) {
-        stream_wait_locked(which[i], want[i]);
-        stream_unref_locked(which[i]);
+    for (i = 0; i < n; i++) {
+        stream_wait_locked(w[i].s, w[i].seq);
+        stream_unref_locked(w[i].s);
     }
+    free(w);
 }
 
 /* ---- executing ops ---- */
@@ -914,8 +955,11 @@ static void run_op(stream_t *s, op_t *o)
         pthread_mutex_unlock(&G);
         break;
     case OP_HOSTFN:
-        if (!lost)
+        if (!lost) {
+            t_hostfn = 1; /* CUDA forbids CUDA calls in it: CUDA_READY refuses them */
             o->u.host.fn(o->u.host.arg);
+            t_hostfn = 0;
+        }
         break;
     case OP_KERNEL:
         run_kernel(s, &o->u.k);
@@ -941,7 +985,17 @@ static void run_op(stream_t *s, op_t *o)
     do { \
         if (!ready()) \
             return t_last = cudaErrorInitializationError; \
+        if (t_hostfn) \
+            return hostfn_call(__func__); \
     } while (0)
+
+/* CUDA: "the host function must not make any CUDA API calls"; it may
+ * answer cudaErrorNotPermitted, so the stand-in always does */
+static cudaError_t hostfn_call(const char *call)
+{
+    return cuda_bad(cudaErrorNotPermitted, "%s called from a host function (cudaLaunchHostFunc): "
+                    "CUDA and NCCL calls are not permitted there", call);
+}
 
 /* the context's sticky error for the current device, or cudaSuccess */
 static cudaError_t sticky(int dev)
@@ -1058,7 +1112,7 @@ API cudaError_t cudaDeviceGetPCIBusId(char *id, int len, int device)
 static cudaError_t dev_alloc(void **p, size_t size, const char *call, stream_t **on,
                              cudaStream_t h)
 {
-    int dev = cur_dev();
+    int dev = cur_dev(), phys = vis_map[dev];
     char why[256];
     cudaError_t rc;
     void *mem;
@@ -1073,6 +1127,12 @@ static cudaError_t dev_alloc(void **p, size_t size, const char *call, stream_t *
         pthread_mutex_unlock(&G);
         return cuda_bad(rc, "%s", why);
     }
+    if (on)
+        phys = (*on)->phys; /* cudaMallocAsync: the pool of the stream's device */
+    if ((rc = ctx_sticky[phys]) != cudaSuccess) {
+        pthread_mutex_unlock(&G);
+        return t_last = rc;
+    }
     pthread_mutex_unlock(&G);
     if (size == 0)
         return cudaSuccess; /* CUDA: success, NULL */
@@ -1080,7 +1140,7 @@ static cudaError_t dev_alloc(void **p, size_t size, const char *call, stream_t *
         return t_last = cudaErrorMemoryAllocation;
     memset(mem, 0xa5, size); /* device memory is not zeroed: nobody may count on it */
     pthread_mutex_lock(&G);
-    if (alloc_add_locked(mem, size, MEM_DEV, vis_map[dev], call) < 0) {
+    if (alloc_add_locked(mem, size, MEM_DEV, phys, call) < 0) {
         pthread_mutex_unlock(&G);
         free(mem);
         return t_last = cudaErrorMemoryAllocation;
@@ -1137,7 +1197,10 @@ static cudaError_t free_mem(void *p, int want, const char *call)
         return cuda_bad(cudaErrorInvalidValue, "%s(%p): %s", call, p, why);
     }
     rc = ctx_sticky[vis_map[dev]];
-    device_drain_locked(a->kind == MEM_DEV ? a->phys : vis_map[dev]);
+    /* the current device and the memory's own: whichever CUDA syncs, both */
+    if (a->kind == MEM_DEV && a->phys != vis_map[dev])
+        device_drain_locked(a->phys);
+    device_drain_locked(vis_map[dev]);
     if ((a = alloc_at_locked(p)) && a->base == (uintptr_t)p) /* still there after the drain */
         alloc_retire_locked(a);
     pthread_mutex_unlock(&G);
@@ -1202,13 +1265,11 @@ static cudaError_t submit(cudaStream_t h, op_t *o, event_t *ev, const char *call
     if (!o)
         return t_last = cudaErrorMemoryAllocation;
     pthread_mutex_lock(&G);
-    if (!(s = stream_of_locked(h, dev, call, &rc, why, sizeof(why)))) {
+    if (!(s = stream_gated_locked(h, dev, call, &rc, why, sizeof(why)))) {
         pthread_mutex_unlock(&G);
         free(o);
         return cuda_bad(rc, "%s", why);
     }
-    gate_locked(s->phys);
-    gate_locked(vis_map[dev]);
     if (ev && !event_live_locked(ev)) {
         pthread_mutex_unlock(&G);
         free(o);
@@ -1249,6 +1310,11 @@ static cudaError_t submit(cudaStream_t h, op_t *o, event_t *ev, const char *call
     return cudaSuccess;
 }
 
+static int overlaps(uintptr_t a, size_t an, uintptr_t b, size_t bn)
+{
+    return an && bn && a < b + bn && b < a + an;
+}
+
 /* the kind checked against what the registry says the pointers are */
 static cudaError_t copy_check(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind,
                               const char *call)
@@ -1279,6 +1345,9 @@ static cudaError_t copy_check(void *dst, const void *src, size_t n, enum cudaMem
     if (sk < 0)
         return cuda_bad(cudaErrorInvalidValue, "%s(dst %p, src %p, %zu bytes): source: %s", call,
                         dst, src, n, why);
+    if (dst != src && overlaps((uintptr_t)dst, n, (uintptr_t)src, n))
+        return cuda_bad(cudaErrorInvalidValue, "%s(dst %p, src %p, %zu bytes): the ranges overlap "
+                        "(copy engines are no memmove: undefined on a GPU)", call, dst, src, n);
     if (kind == cudaMemcpyDefault)
         return cudaSuccess; /* unified addressing: the registry says which */
     if ((dk == MEM_DEV) != (kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice) ||
@@ -1367,16 +1436,17 @@ API cudaError_t cudaFreeAsync(void *p, cudaStream_t h)
                         : a->free_pending ? "already given to cudaFreeAsync"
                                           : "inside an allocation, not its start");
     }
+    a->free_pending = 1; /* under the check's lock: a second free at once is refused */
     pthread_mutex_unlock(&G);
     if ((o = op_new(OP_FREE)))
         o->u.free_ptr = p;
-    if ((rc = submit(h, o, NULL, "cudaFreeAsync", NULL)) != cudaSuccess)
-        return rc;
-    pthread_mutex_lock(&G);
-    if ((a = alloc_at_locked(p)) && a->base == (uintptr_t)p)
-        a->free_pending = 1; /* later calls may not use it; the stream frees it */
-    pthread_mutex_unlock(&G);
-    return cudaSuccess;
+    if ((rc = submit(h, o, NULL, "cudaFreeAsync", NULL)) != cudaSuccess) {
+        pthread_mutex_lock(&G);
+        if ((a = alloc_at_locked(p)) && a->base == (uintptr_t)p)
+            a->free_pending = 0; /* not queued: still the caller's */
+        pthread_mutex_unlock(&G);
+    }
+    return rc;
 }
 
 API cudaError_t cudaStreamCreateWithFlags(cudaStream_t *out, unsigned int flags)
@@ -1411,12 +1481,15 @@ API cudaError_t cudaStreamDestroy(cudaStream_t h)
 
     CUDA_READY();
     pthread_mutex_lock(&G);
+    /* checked again after the context lock: another thread may destroy it meanwhile */
+    while (h && h != cudaStreamLegacy && h != cudaStreamPerThread && stream_live_locked(s) &&
+           ctx_cleanup[s->phys])
+        g_wait();
     if (!h || h == cudaStreamLegacy || h == cudaStreamPerThread || !stream_live_locked(s)) {
         pthread_mutex_unlock(&G);
         return cuda_bad(cudaErrorInvalidResourceHandle, "cudaStreamDestroy(%p): not a live "
                         "stream", (void *)h);
     }
-    gate_locked(s->phys);
     s->dead = 1;
     st.live_streams--;
     pthread_cond_signal(&s->wake);
@@ -1435,11 +1508,10 @@ API cudaError_t cudaStreamQuery(cudaStream_t h)
     CUDA_READY();
     dev = cur_dev();
     pthread_mutex_lock(&G);
-    if (!(s = stream_of_locked(h, dev, "cudaStreamQuery", &rc, why, sizeof(why)))) {
+    if (!(s = stream_gated_locked(h, dev, "cudaStreamQuery", &rc, why, sizeof(why)))) {
         pthread_mutex_unlock(&G);
         return cuda_bad(rc, "%s", why);
     }
-    gate_locked(s->phys);
     rc = ctx_sticky[s->phys] != cudaSuccess     ? ctx_sticky[s->phys]
          : s->completed < s->submitted ? cudaErrorNotReady
                                        : cudaSuccess;
@@ -1457,11 +1529,10 @@ API cudaError_t cudaStreamSynchronize(cudaStream_t h)
     CUDA_READY();
     dev = cur_dev();
     pthread_mutex_lock(&G);
-    if (!(s = stream_of_locked(h, dev, "cudaStreamSynchronize", &rc, why, sizeof(why)))) {
+    if (!(s = stream_gated_locked(h, dev, "cudaStreamSynchronize", &rc, why, sizeof(why)))) {
         pthread_mutex_unlock(&G);
         return cuda_bad(rc, "%s", why);
     }
-    gate_locked(s->phys);
     s->refs++;
     stream_wait_locked(s, s->submitted);
     rc = ctx_sticky[s->phys];
@@ -1542,9 +1613,11 @@ API cudaError_t cudaEventDestroy(cudaEvent_t h)
 
     CUDA_READY();
     pthread_mutex_lock(&G);
+    /* the context lock first: its wait drops G, and the list may change */
+    while (event_live_locked(e) && ctx_cleanup[e->phys])
+        g_wait();
     for (size_t i = 0; i < nevents; i++)
         if (events[i] == e) {
-            gate_locked(e->phys);
             events[i] = events[--nevents];
             st.live_events--;
             event_unref_locked(e); /* a pending record keeps it until it runs */
@@ -1782,6 +1855,17 @@ static const char *op_name(int op)
             x[i] = (T)BINOP(op, x[i], y[i]); \
     } while (0)
 
+/* integers wrap, as on a GPU: sum and product in the unsigned type U
+ * (signed overflow would be undefined in C), max and min signed */
+#define REDUCE_INT(T, U) \
+    do { \
+        T *x = acc; \
+        const T *y = in; \
+        for (size_t i = 0; i < n; i++) \
+            x[i] = op == ncclSum ? (T)((U)x[i] + (U)y[i]) \
+                   : op == ncclProd ? (T)((U)x[i] * (U)y[i]) : (T)BINOP(op, x[i], y[i]); \
+    } while (0)
+
 /* acc[i] = acc[i] op in[i]; 16-bit: to float, op, rounded back each time */
 static void reduce_into(void *acc, const void *in, size_t n, int t, int op)
 {
@@ -1791,8 +1875,8 @@ static void reduce_into(void *acc, const void *in, size_t n, int t, int op)
     switch (t) {
     case ncclFloat32: REDUCE_NATIVE(float); break;
     case ncclFloat64: REDUCE_NATIVE(double); break;
-    case ncclInt32: REDUCE_NATIVE(int32_t); break;
-    case ncclInt64: REDUCE_NATIVE(int64_t); break;
+    case ncclInt32: REDUCE_INT(int32_t, uint32_t); break;
+    case ncclInt64: REDUCE_INT(int64_t, uint64_t); break;
     case ncclFloat16:
         for (size_t i = 0; i < n; i++) {
             float a = h2f(h[i]), b = h2f(g[i]);
@@ -1831,13 +1915,13 @@ static void scale(void *x, size_t n, int t, const unsigned char *k)
         break;
     case ncclInt32:
         memcpy(&k32, k, 4);
-        for (size_t i = 0; i < n; i++)
-            ((int32_t *)x)[i] *= k32;
+        for (size_t i = 0; i < n; i++) /* wrapping, as on a GPU */
+            ((int32_t *)x)[i] = (int32_t)((uint32_t)((int32_t *)x)[i] * (uint32_t)k32);
         break;
     case ncclInt64:
         memcpy(&k64, k, 8);
         for (size_t i = 0; i < n; i++)
-            ((int64_t *)x)[i] *= k64;
+            ((int64_t *)x)[i] = (int64_t)((uint64_t)((int64_t *)x)[i] * (uint64_t)k64);
         break;
     case ncclFloat16:
         memcpy(&kh, k, 2);
@@ -1853,30 +1937,32 @@ static void scale(void *x, size_t n, int t, const unsigned char *k)
     }
 }
 
-/* ncclAvg's end: floats times 1/n (1/n rounded to the type first),
- * integers divided by n (truncating, as NCCL) */
-static void average(void *x, size_t n, int t, int nranks)
+/* ncclAvg of integers: NCCL's SumPostDiv, the wrapped sum divided by n,
+ * truncating toward zero */
+static void average_int(void *x, size_t n, int t, int nranks)
 {
-    unsigned char k[8];
-    float f = 1.0f / (float)nranks;
-    double d = 1.0 / (double)nranks;
-    uint16_t h;
-
-    switch (t) {
-    case ncclInt32:
+    if (t == ncclInt32)
         for (size_t i = 0; i < n; i++)
             ((int32_t *)x)[i] /= nranks;
-        return;
-    case ncclInt64:
+    else if (t == ncclInt64)
         for (size_t i = 0; i < n; i++)
             ((int64_t *)x)[i] /= nranks;
-        return;
-    case ncclFloat64: memcpy(k, &d, 8); break;
-    case ncclFloat32: memcpy(k, &f, 4); break;
-    case ncclFloat16: h = f2h(f); memcpy(k, &h, 2); break;
-    default: h = f2bf(f); memcpy(k, &h, 2); break;
-    }
-    scale(x, n, t, k);
+}
+
+/* ncclAvg of floats is NCCL's PreMulSum by 1/n: every input times
+ * (type)(float)(1.0/n) before the sum, as in NCCL's hostToDevRedOp */
+static void avg_scalar(int t, int nranks, unsigned char *k)
+{
+    double d = 1.0 / nranks;
+    float f = (float)d;
+    uint16_t h = t == ncclFloat16 ? f2h(f) : f2bf(f);
+
+    if (t == ncclFloat64)
+        memcpy(k, &d, 8);
+    else if (t == ncclFloat32)
+        memcpy(k, &f, 4);
+    else
+        memcpy(k, &h, 2);
 }
 
 /* ---- communicators ---- */
@@ -1999,6 +2085,9 @@ static void comm_msg(comm_t *c, const char *fmt, ...)
     do { \
         if (!ready()) \
             return ncclSystemError; \
+        if (t_hostfn) \
+            return nccl_bad(ncclInvalidUsage, "%s called from a host function " \
+                            "(cudaLaunchHostFunc): not permitted there", __func__); \
         nccl_first_call(); \
     } while (0)
 
@@ -2026,17 +2115,17 @@ API const char *ncclGetErrorString(ncclResult_t rc)
     }
 }
 
+/* copied into the thread's buffer under G: the comm's own text may be
+ * written by its kernel meanwhile, and is freed with it at abort/destroy */
 API const char *ncclGetLastError(ncclComm_t h)
 {
-    const char *r = t_nccl_msg;
-
     if (!ready())
         return t_nccl_msg;
     pthread_mutex_lock(&G);
     if (h && comm_live_locked((comm_t *)h) && ((comm_t *)h)->lastmsg[0])
-        r = ((comm_t *)h)->lastmsg;
+        scopy(t_nccl_msg, sizeof(t_nccl_msg), ((comm_t *)h)->lastmsg);
     pthread_mutex_unlock(&G);
-    return r;
+    return t_nccl_msg;
 }
 
 API ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
@@ -2107,8 +2196,8 @@ static int seg_join(comm_t *c, const id_t_ *x)
     }
     c->hdr->creator = x->pid;
     c->hdr->magic = SHM_MAGIC;
-    if (__atomic_load_n(&c->slot[c->rank].joined, __ATOMIC_ACQUIRE)) {
-        comm_msg(c, "rank %d of '%s' joined twice", c->rank, c->name);
+    if (__atomic_exchange_n(&c->slot[c->rank].joined, 1, __ATOMIC_ACQ_REL)) {
+        comm_msg(c, "rank %d of '%s' joined twice", c->rank, c->name); /* one claim wins */
         return -1;
     }
     if (hid && *hid)
@@ -2118,7 +2207,6 @@ static int seg_join(comm_t *c, const id_t_ *x)
     memcpy(c->slot[c->rank].host, host, sizeof(host));
     c->slot[c->rank].phys = c->phys;
     c->slot[c->rank].pid = (int32_t)getpid();
-    __atomic_store_n(&c->slot[c->rank].joined, 1, __ATOMIC_RELEASE);
     if ((int)__atomic_add_fetch(&c->hdr->njoined, 1, __ATOMIC_ACQ_REL) == c->nranks) {
         shm_unlink(c->shm_name); /* all here: nothing is left in /dev/shm */
         c->unlinked = 1;
@@ -2201,12 +2289,16 @@ API ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks, ncclUniqueI
     if (nranks < 1 || nranks > 1024 || rank < 0 || rank >= nranks)
         return nccl_bad(ncclInvalidArgument, "ncclCommInitRankConfig: rank %d of %d ranks",
                         rank, nranks);
-    if (x.magic != ID_MAGIC || strncmp(x.name, "/ddp-gpu-standin-", 17))
+    if (x.magic != ID_MAGIC || strncmp(x.name, "/ddp-gpu-standin-", 17) ||
+        !memchr(x.name, 0, sizeof(x.name)))
         return nccl_bad(ncclInvalidArgument, "ncclCommInitRankConfig: not an id from "
                         "ncclGetUniqueId");
     if (cfg && (cfg->magic != 0xcafebeef || cfg->size != sizeof(ncclConfig_t)))
         return nccl_bad(ncclInvalidArgument, "ncclCommInitRankConfig: config not made with "
                         "NCCL_CONFIG_INITIALIZER");
+    if (cfg && cfg->blocking != NCCL_CONFIG_UNDEF_INT && cfg->blocking != 0 && cfg->blocking != 1)
+        return nccl_bad(ncclInvalidArgument, "ncclCommInitRankConfig: Invalid config blocking "
+                        "attribute value %d", cfg->blocking); /* NCCL's own words */
     if (t_group)
         return nccl_bad(ncclInvalidUsage, "ncclCommInitRankConfig inside ncclGroupStart/End: not "
                         "modelled by the stand-in");
@@ -2218,7 +2310,7 @@ API ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks, ncclUniqueI
     c->rank = rank;
     c->dev = dev;
     c->phys = vis_map[dev];
-    c->blocking = !cfg || cfg->blocking == NCCL_CONFIG_UNDEF_INT || cfg->blocking != 0;
+    c->blocking = !cfg || cfg->blocking != 0;
     scopy(c->name, sizeof(c->name), cfg && cfg->commName ? cfg->commName : "");
     if ((f = fault_for(c, ",initfail,", 0))) {
         c->initfail = 1;
@@ -2348,6 +2440,26 @@ static comm_t *comm_use_locked(ncclComm_t h, const char *call, ncclResult_t *rc,
     return c;
 }
 
+/* comm_use_locked for new work: not after ncclCommFinalize (its resources
+ * are being freed), and past the device's context lock; looked up again
+ * after that wait, since another thread may abort it meanwhile (G held) */
+static comm_t *comm_work_locked(ncclComm_t h, const char *call, ncclResult_t *rc, char *why,
+                                size_t len)
+{
+    for (;;) {
+        comm_t *c = comm_use_locked(h, call, rc, why, len);
+        if (c && c->finalizing) {
+            *rc = ncclInvalidUsage;
+            snprintf(why, len, "%s on '%s' after ncclCommFinalize: only ncclCommDestroy may "
+                     "follow", call, c->name);
+            return NULL;
+        }
+        if (!c || !ctx_cleanup[c->phys])
+            return c;
+        g_wait();
+    }
+}
+
 API ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDataType_t t,
                                           ncclScalarResidence_t res, ncclComm_t h)
 {
@@ -2363,7 +2475,7 @@ API ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar, ncclDat
         return nccl_bad(ncclInvalidArgument, "ncclRedOpCreatePreMulSum: ncclScalarDevice is "
                         "not modelled by the stand-in");
     pthread_mutex_lock(&G);
-    if (!(c = comm_use_locked(h, "ncclRedOpCreatePreMulSum", &rc, why, sizeof(why)))) {
+    if (!(c = comm_work_locked(h, "ncclRedOpCreatePreMulSum", &rc, why, sizeof(why)))) {
         pthread_mutex_unlock(&G);
         return nccl_bad(rc, "%s", why);
     }
@@ -2408,11 +2520,6 @@ API ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t h)
 
 /* ---- collectives: checked at the call, run by the stream ---- */
 
-static int overlaps(uintptr_t a, size_t an, uintptr_t b, size_t bn)
-{
-    return an && bn && a < b + bn && b < a + an;
-}
-
 /* device memory of c's device, [p, p+n) (G held) */
 static int coll_mem_locked(comm_t *c, const void *p, size_t n, const char *what, char *why,
                            size_t len)
@@ -2441,6 +2548,10 @@ static int coll_args_locked(comm_t *c, const kernel_t *k, char *why, size_t len)
     size_t sbytes = k->count * es, rbytes = k->count * es;
     uintptr_t sp = (uintptr_t)k->send, rp = (uintptr_t)k->recv, inplace = rp;
 
+    if (k->count > SIZE_MAX / es / n) { /* the byte counts below would wrap */
+        snprintf(why, len, "count %zu x %zu bytes x %zu ranks overflows size_t", k->count, es, n);
+        return -1;
+    }
     if (k->kind == K_RS) {
         sbytes = n * k->count * es;
         inplace = sp + (size_t)c->rank * k->count * es; /* recv is send's block `rank` */
@@ -2478,6 +2589,11 @@ static int coll_op_locked(comm_t *c, kernel_t *k, int op, char *why, size_t len)
         snprintf(why, len, "data type %s: reductions of it are not modelled by the stand-in",
                  type_name(k->dtype));
         return -1;
+    }
+    if (op == ncclAvg && k->dtype != ncclInt32 && k->dtype != ncclInt64) {
+        k->premul = 1; /* NCCL: PreMulSum by 1/n; k->op stays avg for the match */
+        avg_scalar(k->dtype, c->nranks, k->scalar);
+        return 0;
     }
     if (op >= 0 && op < PREMUL_BASE)
         return 0;
@@ -2535,9 +2651,8 @@ static ncclResult_t collective(int kind, const void *send, void *recv, size_t co
     o->u.k = (kernel_t){.kind = kind, .dtype = dtype, .root = root, .send = send, .recv = recv,
                         .count = count};
     pthread_mutex_lock(&G);
-    if (!(c = comm_use_locked(h, call, &rc, why, sizeof(why))))
+    if (!(c = comm_work_locked(h, call, &rc, why, sizeof(why))))
         goto bad;
-    gate_locked(c->phys);
     rc = ncclInvalidArgument;
     if (kind == K_BC && (root < 0 || root >= c->nranks)) {
         snprintf(why, sizeof(why), "%s on '%s': root %d of %d ranks", call, c->name, root,
@@ -2716,9 +2831,9 @@ static int move_data(comm_t *c, const kernel_t *k)
             memcpy(recv + off * es, win_of(c, 0) + at, l * es);
             for (int j = 1; j < c->nranks; j++) /* rank order: identical on every rank */
                 reduce_into(recv + off * es, win_of(c, j) + at, l, k->dtype,
-                            k->premul ? ncclSum : k->op);
-            if (k->op == ncclAvg)
-                average(recv + off * es, l, k->dtype, c->nranks);
+                            k->premul || k->op == ncclAvg ? ncclSum : k->op);
+            if (k->op == ncclAvg && !k->premul)
+                average_int(recv + off * es, l, k->dtype, c->nranks);
         } else if (k->kind == K_AG) {
             for (size_t j = 0; j < n; j++)
                 memmove(recv + (j * k->count + off) * es, win_of(c, (int)j), l * es);
@@ -2926,7 +3041,8 @@ API ncclResult_t ncclCommFinalize(ncclComm_t h)
     }
     if (c->finalizing) {
         pthread_mutex_unlock(&G);
-        return ncclSuccess;
+        return nccl_bad(ncclInvalidUsage, "ncclCommFinalize on '%s': finalized already",
+                        c->name);
     }
     if (!c->blocking) {
         c->finalizing = c->kernels ? 1 : 2;
@@ -2983,6 +3099,25 @@ API ncclResult_t ncclGroupEnd(void)
         abort_finish(t_deferred[i]);
     t_ndeferred = 0;
     return ncclSuccess;
+}
+
+/* At exit, the segments of this process's communicators that never
+ * completed (a peer never came): nobody else would unlink them, and
+ * /dev/shm must not fill up with them. A killed process cannot do this. */
+__attribute__((destructor)) static void seg_orphans(void)
+{
+    if (!init_ok)
+        return;
+    pthread_mutex_lock(&G);
+    for (size_t i = 0; i < ncomms; i++) {
+        comm_t *c = comms[i];
+        if (c->map && !c->unlinked &&
+            (int)__atomic_load_n(&c->hdr->njoined, __ATOMIC_ACQUIRE) < c->nranks) {
+            shm_unlink(c->shm_name);
+            c->unlinked = 1;
+        }
+    }
+    pthread_mutex_unlock(&G);
 }
 
 /* ---- accounting ---- */
