@@ -154,7 +154,8 @@ class Runtime:
         if self._state.lib.drt_barrier(self._comm("barrier"), ctypes.byref(err)) < 0:
             raise err.failure("barrier")
 
-    # GPU buffers (drt_gpu_*): not yet run on a GPU (no device in CI)
+    # GPU buffers (drt_gpu_*): run in CI on the CUDA/NCCL stand-in
+    # (tests/python/gpu_standin.py), not yet on a GPU
     def gpu_attach(self, device=-1):
         """Create the NCCL communicators (collective) on device, or with -1
         the plugin's binding (DDP_TOPO_GPU, else LOCAL_RANK); the device used."""
