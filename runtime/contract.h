@@ -50,6 +50,11 @@
 #define DRT_ENV_DEVICE "DDP_TOPO_DEVICE" /* its CUDA ordinal in CUDA_VISIBLE_DEVICES */
 #define DRT_ENV_CPUS "DDP_TOPO_CPUS"
 #define DRT_ENV_NIC "DDP_TOPO_NIC"
+/* SLURM's copy of a job's --ddp-topo, in the job's environment (the plugin
+ * registers the option as ddp-topo): set while the plugin's variables are
+ * missing, the job asked but the plugin did not run (its plugstack line was
+ * removed after the job was queued) */
+#define DRT_ENV_SPANK_OPTION "SLURM_SPANK__SLURM_SPANK_OPTION_ddp_topo_ddp_topo"
 
 /* One rank's place in the job, as torchrun's variables say it. */
 typedef struct {

@@ -18,7 +18,13 @@ static int get_u32(const char *(*get)(const char *), const char *name, int requi
     unsigned long x;
 
     if (!s || !*s) {
+        const char *asked = get(DRT_ENV_SPANK_OPTION);
         *v = 0;
+        if (required && asked && *asked)
+            return drt_fail(err, "%s is not set, though this job asked for --ddp-topo=%.40s: "
+                            "the ddp-topo plugin did not run for it (its plugstack.conf line "
+                            "was removed after the job was queued? ask your admin, or "
+                            "resubmit)", name, asked);
         return required ? drt_fail(err, "%s is not set (launch with srun --ddp-topo or "
                                 "torchrun)", name) : 0;
     }

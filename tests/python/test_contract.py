@@ -62,6 +62,13 @@ def plans():
         env = {k: v for k, v in LAUNCHED.items() if k != var}
         msg = raises(env, ddp_topo.NotLaunchedError)
         check(msg == NOT_LAUNCHED % var, "plan() without %s: NotLaunchedError naming it" % var, msg)
+    env = {k: v for k, v in LAUNCHED.items() if k != "RANK"}
+    env["SLURM_SPANK__SLURM_SPANK_OPTION_ddp_topo_ddp_topo"] = "auto"
+    msg = raises(env, ddp_topo.NotLaunchedError)
+    want = ("ddp-topo: RANK is not set, though this job asked for --ddp-topo=auto: the ddp-topo "
+            "plugin did not run for it (its plugstack.conf line was removed after the job was "
+            "queued? ask your admin, or resubmit)")
+    check(msg == want, "plan() in a job that asked for --ddp-topo but got no plugin: says so", msg)
     check(issubclass(ddp_topo.NotLaunchedError, RuntimeError), "NotLaunchedError is a RuntimeError")
     for var, bad, want in (("RANK", "x1", "RANK='x1' is not a whole number"),
                            ("RANK", "4", "RANK=4 is not below WORLD_SIZE=4"),

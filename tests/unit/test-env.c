@@ -7,7 +7,8 @@
 static const char *vars[][2] = {
     {"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"},
     {"GROUP_RANK", "1"}, {"GROUP_WORLD_SIZE", "2"}, {"MASTER_ADDR", "n1"},
-    {"MASTER_PORT", "61234"}, {"TORCHELASTIC_RESTART_COUNT", "2"}, {"DDPRT_PORT", NULL}};
+    {"MASTER_PORT", "61234"}, {"TORCHELASTIC_RESTART_COUNT", "2"}, {"DDPRT_PORT", NULL},
+    {"SLURM_SPANK__SLURM_SPANK_OPTION_ddp_topo_ddp_topo", NULL}};
 #define NVARS (sizeof(vars) / sizeof(vars[0]))
 
 static const char *lookup(const char *name)
@@ -49,7 +50,13 @@ int main(void)
     set("TORCHELASTIC_RESTART_COUNT", NULL);
     ok(drt_env_load(&env, lookup, &err) == 0 && env.restart_count == 0,
        "restart count is optional");
-    refused("RANK", NULL, "RANK is not set");
+    refused("RANK", NULL, "RANK is not set (launch with srun --ddp-topo or torchrun)");
+    /* a job queued with --ddp-topo whose plugin was taken away before it ran */
+    set("SLURM_SPANK__SLURM_SPANK_OPTION_ddp_topo_ddp_topo", "auto");
+    refused("RANK", NULL, "RANK is not set, though this job asked for --ddp-topo=auto: the "
+            "ddp-topo plugin did not run for it (its plugstack.conf line was removed after the "
+            "job was queued? ask your admin, or resubmit)");
+    set("SLURM_SPANK__SLURM_SPANK_OPTION_ddp_topo_ddp_topo", NULL);
     refused("RANK", "4", "not below WORLD_SIZE");
     refused("RANK", "-1", "not a non-negative integer");
     refused("RANK", "1x", "not a non-negative integer");

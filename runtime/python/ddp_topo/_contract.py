@@ -23,6 +23,7 @@ NAMES = {
     "DRT_ENV_DEVICE": "DDP_TOPO_DEVICE",
     "DRT_ENV_CPUS": "DDP_TOPO_CPUS",
     "DRT_ENV_NIC": "DDP_TOPO_NIC",
+    "DRT_ENV_SPANK_OPTION": "SLURM_SPANK__SLURM_SPANK_OPTION_ddp_topo_ddp_topo",
 }
 
 # Plan's integer fields and the variables they come from, in the order a
@@ -50,7 +51,13 @@ class NotLaunchedError(RuntimeError):
     """The task was not started by a launcher that sets the contract."""
 
 
-def _not_launched(var):
+def _not_launched(var, env):
+    asked = env.get(NAMES["DRT_ENV_SPANK_OPTION"])
+    if asked:  # the job asked, the plugin did not run (contract.h says when)
+        return NotLaunchedError(
+            "ddp-topo: %s is not set, though this job asked for --ddp-topo=%.40s: the ddp-topo "
+            "plugin did not run for it (its plugstack.conf line was removed after the job was "
+            "queued? ask your admin, or resubmit)" % (var, asked))
     return NotLaunchedError(
         "ddp-topo: this task was not started by sbatch/srun --ddp-topo, ddp-run or torchrun: "
         "%s is not set (submit with `sbatch --ddp-topo=auto`, or run under ddp-run)" % var)
@@ -82,7 +89,7 @@ def plan(environ=None):
     required = [m for _, m in _INTS] + ["DRT_ENV_MASTER_ADDR", "DRT_ENV_MASTER_PORT"]
     for macro in required:
         if not env.get(NAMES[macro]):
-            raise _not_launched(NAMES[macro])
+            raise _not_launched(NAMES[macro], env)
     ints = {field: _number(env, macro, 0, 2**32 - 1) for field, macro in _INTS}
     for low, high in _BELOW:
         if ints[low] >= ints[high]:
