@@ -34,6 +34,7 @@ typedef struct {
     bool active; /* this step asked for (or defaults to) the environment */
     bool disabled; /* the user asked, and plugstack.conf says disable */
     ddp_request_t req;
+    bool req_invalid; /* the request itself did not parse (--ddp-topo, DDP_TOPO) */
     char error[DDP_ERRLEN];
     uint32_t job_id, step_id, world, local_count, node_id, nnodes, cpus_per_task, restart;
     char master_addr[256];
@@ -121,20 +122,20 @@ static void resolve_request(spank_t sp)
     spank_err_t rc;
 
     if (ddp_request_error[0]) {
-        step.req.given = true;
+        step.req.given = step.req_invalid = true;
         step_fail("%s", ddp_request_error);
     } else if (ddp_request.given) {
         step.req = ddp_request;
     } else if ((env = getenv_or_fail(sp, "DDP_TOPO", &rc)) != NULL) {
         if (ddp_request_parse(env, &step.req, err, sizeof(err)) < 0) {
-            step.req.given = true;
+            step.req.given = step.req_invalid = true;
             step_fail("DDP_TOPO=%.100s: %s", env, err);
         }
         free(env);
     } else if (rc == ESPANK_ENV_NOEXIST) {
         step.req.mode = config.default_mode;
     } else {
-        step.req.given = true; /* DDP_TOPO is set but unreadable: fail, never ignore it */
+        step.req.given = step.req_invalid = true; /* set but unreadable: fail, never ignore it */
     }
 }
 
@@ -332,22 +333,46 @@ static void plan_binding(spank_t sp)
     free(user);
 }
 
+/* "job J step S node N uid U": whose step, where. The node is SLURM's name
+ * for it when the step's host list gave one, else slurmd's SLURMD_NODENAME,
+ * else the host name; the uid is SLURM's (a user name would need an NSS
+ * lookup, which may hang slurmstepd on a slow directory). */
+static void audit_who(spank_t sp, char *who, size_t len)
+{
+    char node[256] = "", *env = NULL;
+    uid_t uid;
+    bool have_uid = spank_get_item(sp, S_JOB_UID, &uid) == ESPANK_SUCCESS;
+
+    if (step.node_name[0])
+        snprintf(node, sizeof(node), "%s", step.node_name);
+    else if (getenv_alloc(sp, "SLURMD_NODENAME", &env) == ESPANK_SUCCESS && *env)
+        snprintf(node, sizeof(node), "%.255s", env);
+    else if (gethostname(node, sizeof(node) - 1) < 0)
+        snprintf(node, sizeof(node), "?");
+    free(env);
+    if (have_uid)
+        snprintf(who, len, "job %u step %u node %s uid %u", step.job_id, step.step_id, node,
+                 (unsigned)uid);
+    else
+        snprintf(who, len, "job %u step %u node %s uid ?", step.job_id, step.step_id, node);
+}
+
 /* The admin's audit trail: one line per step on each node in slurmd's log,
  * saying who used ddp-topo and how, or why it failed. */
-static void audit(void)
+static void audit(spank_t sp)
 {
-    char path[512], host[256] = "?";
+    char path[512], host[256] = "?", who[400];
     const char *topo = "none";
     dt_error_t err;
 
+    audit_who(sp, who, sizeof(who));
     if (step.disabled) {
-        slurm_info("ddp-topo: job %u step %u asked for ddp-topo: disabled by plugstack.conf",
-                   step.job_id, step.step_id);
+        slurm_info("ddp-topo: %s: asked for ddp-topo: disabled by plugstack.conf", who);
         return;
     }
     if (step.error[0]) {
-        slurm_info("ddp-topo: job %u step %u: mode=%s failed: %s", step.job_id, step.step_id,
-                   ddp_mode_name(step.req.mode), step.error);
+        slurm_info("ddp-topo: %s: mode=%s failed: %s", who,
+                   step.req_invalid ? "invalid" : ddp_mode_name(step.req.mode), step.error);
         return;
     }
     if (step.req.mode == DDP_MODE_AUTO) {
@@ -356,19 +381,18 @@ static void audit(void)
                dt_topology_path(config.topology, step.node_name, host, path, sizeof(path),
                                 &err) == 0 ? path : "live";
     }
-    slurm_info("ddp-topo: job %u step %u node %s: mode=%s topology=%s MASTER_PORT=%u",
-               step.job_id, step.step_id, step.node_name, ddp_mode_name(step.req.mode), topo,
-               step.master_port);
+    slurm_info("ddp-topo: %s: mode=%s topology=%s MASTER_PORT=%u", who,
+               ddp_mode_name(step.req.mode), topo, step.master_port);
 }
 
 /* Soft-off: --ddp-topo stays a valid option, so queued jobs still run; a
  * user who asked is told, once per step, that nothing was set. */
-static void resolve_disabled(void)
+static void resolve_disabled(spank_t sp)
 {
     step.disabled = step.req.given && (step.error[0] || step.req.mode != DDP_MODE_OFF);
     step.error[0] = '\0';
     if (step.disabled)
-        audit();
+        audit(sp);
 }
 
 int ddp_remote_user_init(spank_t sp)
@@ -383,7 +407,7 @@ int ddp_remote_user_init(spank_t sp)
     spank_get_item(sp, S_JOB_ID, &step.job_id);
     resolve_request(sp);
     if (config.disabled) {
-        resolve_disabled();
+        resolve_disabled(sp);
         return 0;
     }
     /* A broken plugstack.conf breaks only the steps that asked for us (the
@@ -400,7 +424,7 @@ int ddp_remote_user_init(spank_t sp)
         if (step.req.mode == DDP_MODE_AUTO)
             plan_binding(sp);
     }
-    audit();
+    audit(sp);
     return 0;
 }
 
