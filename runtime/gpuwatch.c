@@ -134,8 +134,7 @@ static void teardown_start(struct gpu *g, int destroy)
     g->td = t;
     pthread_mutex_unlock(&g->mu);
     if (pthread_create(&th, NULL, teardown_run, t) != 0) {
-        t->refs++;
-        teardown_run(t);
+        teardown_run(t); /* here, then: it drops the thread's reference */
         return;
     }
     pthread_detach(th);

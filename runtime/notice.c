@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 typedef struct {
-    uint32_t magic, dead, reporter, kind; /* kind: NOTICE_DIED or NOTICE_GPU_INIT */
+    uint32_t magic, dead, reporter, kind; /* kind: NOTICE_* (internal.h) */
     uint64_t seq;
     unsigned char nonce[16]; /* two notices never sign the same bytes */
     unsigned char mac[AUTH_MAC]; /* HMAC of everything above: the secret stays here */
