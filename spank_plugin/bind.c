@@ -160,70 +160,27 @@ static void find_numbering(spank_t sp)
                  "memory and NIC binding still apply)", state.numbering_why);
 }
 
-/* Why `st` may not be part of a topology path, or NULL: only root may be
- * able to change the file or any directory above it (as sshd checks
- * authorized_keys), since a user who can would choose the binding, or plant
- * a FIFO or a hostile file, for every job on the node. A root-owned sticky
- * directory (/tmp) is the exception: others may add entries there but can
- * neither rename nor replace root's, and the next component is checked. */
-static const char *untrusted(const struct stat *st)
-{
-    if (st->st_uid != 0)
-        return "not owned by root";
-    if ((st->st_mode & (S_IWGRP | S_IWOTH)) && !(S_ISDIR(st->st_mode) && (st->st_mode & S_ISVTX)))
-        return "writable by users other than root";
-    return NULL;
-}
-
-/* Every component of `real` (a path without symlinks), the file first. */
-int ddp_trusted_path(const char *what, const char *file, const char *real, const char *advice,
-                     char *err, size_t errlen)
-{
-    char dir[PATH_MAX];
-    struct stat st;
-    const char *why;
-
-    snprintf(dir, sizeof(dir), "%s", real);
-    for (;;) {
-        if (stat(dir[0] ? dir : "/", &st) < 0) {
-            snprintf(err, errlen, "%s '%.300s': cannot check '%.300s': %s", what, file,
-                     dir[0] ? dir : "/", strerror(errno));
-            return -1;
-        }
-        if ((why = untrusted(&st))) {
-            snprintf(err, errlen, "%s '%.300s' refused: %s '%.300s' is %s (admin: %s)", what, file,
-                     S_ISDIR(st.st_mode) ? "directory" : "file", dir[0] ? dir : "/", why, advice);
-            return -1;
-        }
-        if (!dir[0])
-            return 0;
-        *strrchr(dir, '/') = '\0';
-    }
-}
-
 /* A file pattern: expanded, its symlinks resolved, checked, and loaded by
  * that resolved path, which only root can change under us. */
 static int load_file(const char *pattern, const char *node_name, char *err, size_t errlen)
 {
-    char path[512], real[PATH_MAX], host[256] = "";
+    char path[512], real[PATH_MAX];
     dt_error_t derr;
 
-    gethostname(host, sizeof(host) - 1);
-    if (dt_topology_path(pattern, node_name, host, path, sizeof(path), &derr) < 0) {
-        snprintf(err, errlen, "%s", derr.text);
+    switch (ddp_topology_locate(pattern, node_name, path, sizeof(path), real, err, errlen)) {
+    case DDP_TOPO_FILE_OK:
+        break;
+    case DDP_TOPO_FILE_PATTERN:
         admin_fix("fix topology= on the ddp_topo.so line of plugstack.conf; ddp-topo "
                   "check-config tests a line");
         return -1;
-    }
-    if (!realpath(path, real)) {
-        snprintf(err, errlen, "topology file '%.300s': %s", path, strerror(errno));
+    case DDP_TOPO_FILE_MISSING:
         admin_fix("save this node's topology there: ddp-topo detect -o %.300s, on %s", path,
                   node_name);
         return -1;
-    }
-    if (ddp_trusted_path("topology file", path, real, "keep topology files where only root can "
-                         "change them, e.g. /etc/ddp-topo", err, errlen) < 0)
+    case DDP_TOPO_FILE_UNTRUSTED:
         return -1;
+    }
     if (dt_node_load_file(&state.node, real, &derr) < 0) {
         snprintf(err, errlen, "%s", derr.text);
         admin_fix("regenerate it: ddp-topo detect -o %.300s, on %s", path, node_name);
@@ -231,6 +188,20 @@ static int load_file(const char *pattern, const char *node_name, char *err, size
     }
     snprintf(state.path, sizeof(state.path), "%s", path);
     return 0;
+}
+
+/* A cached file copied from another node, or left from before a hardware
+ * change, would bind to NICs and GPUs this node lacks: said as what it is,
+ * not as an error of the user's options. */
+static int check_host(char *err, size_t errlen)
+{
+    dt_error_t derr;
+
+    if (dt_node_check_host(&state.node, &derr) == 0)
+        return 0;
+    snprintf(err, errlen, "%s", derr.text);
+    wrong_topology();
+    return -1;
 }
 
 static int load_topology(const char *pattern, const char *node_name, char *err, size_t errlen)
@@ -346,6 +317,8 @@ int ddp_bind_user_init(spank_t sp, const ddp_bind_request_t *req, char *err, siz
     snprintf(state.node_name, sizeof(state.node_name), "%s", req->node_name);
     find_ifname(sp, req->master_addr, req->nnodes);
     if (!cpus || load_topology(req->topology, req->node_name, err, errlen) < 0)
+        goto fail;
+    if (state.path[0] && req->topology_match && check_host(err, errlen) < 0)
         goto fail;
     if ((rc = allocated_gpus(sp, err, errlen)) < 0)
         goto fail;

@@ -62,29 +62,12 @@ static int outcome(const char *checker, int status, char *err, size_t errlen)
 
 int ddp_check_task(spank_t sp, const char *checker, char *err, size_t errlen)
 {
-    char **env = NULL, *argv[] = {(char *)checker, "--timeout", CHECK_TIMEOUT_S, NULL},
-         real[PATH_MAX];
+    char **env = NULL, *argv[] = {(char *)checker, "--timeout", CHECK_TIMEOUT_S, NULL};
     int status = 0, rc;
     pid_t pid;
 
-    /* it runs in every task that asks: a user who could replace it would
-     * run code as everyone else (the rule for topology files) */
-    if (!realpath(checker, real)) {
-        snprintf(err, errlen, "the preflight check %s cannot run: %s (install ddp-check "
-                 "there, or name it with check=PATH in plugstack.conf)", checker,
-                 strerror(errno));
+    if (ddp_checker_usable(checker, err, errlen) < 0)
         return -1;
-    }
-    if (ddp_trusted_path("preflight checker", checker, real, "install it where only root can "
-                         "change it, e.g. /usr/bin, and name it with check=PATH", err,
-                         errlen) < 0)
-        return -1;
-    if (access(checker, X_OK) < 0) {
-        snprintf(err, errlen, "the preflight check %s cannot run: %s (install ddp-check "
-                 "there, or name it with check=PATH in plugstack.conf)", checker,
-                 strerror(errno));
-        return -1;
-    }
     if (spank_get_item(sp, S_JOB_ENV, &env) != ESPANK_SUCCESS || !env) {
         snprintf(err, errlen, "cannot read the task's environment for the preflight check "
                  "(report this)");

@@ -3,15 +3,19 @@
  * arguments. Pure string handling, shared by every context. */
 #include "plugin.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ddptopo.h"
 
 #define VALID_VALUES "a mode (auto, env, off) and flags (verbose, share, check), comma-separated, " \
                      "e.g. --ddp-topo=auto,verbose"
 #define VALID_ARGS "default=off|env|auto, port_range=LO-HI, topology=live|PATTERN, " \
-                   "bind=none|gpu,cpu,mem,nic, check=PATH, disable"
+                   "topology_match=yes|no, bind=none|gpu,cpu,mem,nic, check=PATH, disable"
 
 static const char *const mode_names[] = {
     [DDP_MODE_OFF] = "off", [DDP_MODE_ENV] = "env", [DDP_MODE_AUTO] = "auto"};
@@ -120,6 +124,16 @@ static int config_arg(const char *arg, ddp_config_t *cfg, char *err, size_t errl
         snprintf(err, errlen, "plugstack.conf argument '%.80s': %s", arg, derr.text);
         return -1;
     }
+    if (!strncmp(arg, "topology_match=", 15)) {
+        const char *v = arg + 15;
+        if (strcmp(v, "yes") && strcmp(v, "no")) {
+            snprintf(err, errlen, "plugstack.conf argument '%.80s': expected topology_match=yes "
+                     "or topology_match=no", arg);
+            return -1;
+        }
+        cfg->topology_match = !strcmp(v, "yes");
+        return 0;
+    }
     if (!strcmp(arg, "disable")) {
         cfg->disabled = true;
         return 0;
@@ -155,6 +169,7 @@ int ddp_config_parse(int ac, char **av, ddp_config_t *cfg, char *err, size_t err
                       .port_hi = DT_PORT_RANGE_DEFAULT_HI,
                       .topology = "live",
                       .checker = DDP_CHECK_PATH,
+                      .topology_match = true,
                       .bind = DT_BIND_GPU | DT_BIND_CPU};
     int rc = 0;
 
@@ -206,4 +221,50 @@ int ddp_bind_option_parse(const char *value, unsigned *bind, char *err, size_t e
         return 0;
     snprintf(err, errlen, "invalid --ddp-topo-bind value: %s", derr.text);
     return -1;
+}
+
+/* Run in every task that asks: a user who could replace the checker would
+ * run code as everyone else (the rule for topology files). */
+int ddp_checker_usable(const char *checker, char *err, size_t errlen)
+{
+    char real[PATH_MAX] = "";
+    dt_error_t derr;
+
+    if (realpath(checker, real) &&
+        dt_path_trusted("preflight checker", checker, real, "install it where only root can "
+                        "change it, e.g. /usr/bin, and name it with check=PATH", &derr) < 0) {
+        snprintf(err, errlen, "%s", derr.text);
+        return -1;
+    }
+    if (!real[0] || access(checker, X_OK) < 0) {
+        snprintf(err, errlen, "the preflight check %s cannot run: %s (install ddp-check "
+                 "there, or name it with check=PATH in plugstack.conf)", checker,
+                 strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+ddp_topo_file_t ddp_topology_locate(const char *pattern, const char *node_name, char *path,
+                                    size_t pathlen, char real[PATH_MAX], char *err,
+                                    size_t errlen)
+{
+    char host[256] = "";
+    dt_error_t derr;
+
+    gethostname(host, sizeof(host) - 1);
+    if (dt_topology_path(pattern, node_name, host, path, pathlen, &derr) < 0) {
+        snprintf(err, errlen, "%s", derr.text);
+        return DDP_TOPO_FILE_PATTERN;
+    }
+    if (!realpath(path, real)) {
+        snprintf(err, errlen, "topology file '%.300s': %s", path, strerror(errno));
+        return DDP_TOPO_FILE_MISSING;
+    }
+    if (dt_path_trusted("topology file", path, real, "keep topology files where only root can "
+                        "change them, e.g. /etc/ddp-topo", &derr) < 0) {
+        snprintf(err, errlen, "%s", derr.text);
+        return DDP_TOPO_FILE_UNTRUSTED;
+    }
+    return DDP_TOPO_FILE_OK;
 }

@@ -5,6 +5,7 @@
 #ifndef DDP_TOPO_PLUGIN_H
 #define DDP_TOPO_PLUGIN_H
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -33,6 +34,7 @@ typedef struct {
     ddp_mode_t default_mode;
     uint16_t port_lo, port_hi;
     char topology[512];    /* "live" or a path pattern with %n / %h */
+    bool topology_match;   /* a topology file must describe the node it is used on */
     unsigned bind;         /* DT_BIND_* when the user does not choose */
     char checker[512];     /* check=PATH: ddp-check for --ddp-topo=...,check */
     bool disabled;         /* disable: --ddp-topo is accepted and sets nothing */
@@ -44,6 +46,7 @@ typedef struct {
 /* What bind.c needs to plan a node. */
 typedef struct {
     const char *topology;  /* "live" or a pattern */
+    bool topology_match;   /* refuse a file that describes another machine */
     const char *node_name;
     const char *master_addr;
     unsigned nnodes;       /* in the step */
@@ -59,6 +62,17 @@ int ddp_config_parse(int ac, char **av, ddp_config_t *cfg, char *err, size_t err
 #define DDP_EPHEMERAL_PATH "/proc/sys/net/ipv4/ip_local_port_range"
 int ddp_port_range_warning(const ddp_config_t *cfg, const char *path, char *msg, size_t len);
 const char *ddp_mode_name(ddp_mode_t mode);
+/* check=PATH exists, is executable and only root can change it: 0, or -1
+ * with err saying why (shared by the plugin and check-config) */
+int ddp_checker_usable(const char *checker, char *err, size_t errlen);
+/* topology=PATTERN for one node: the expanded path, its real path (no
+ * symlinks) and whether only root can change it */
+typedef enum {
+    DDP_TOPO_FILE_OK, DDP_TOPO_FILE_PATTERN, DDP_TOPO_FILE_MISSING, DDP_TOPO_FILE_UNTRUSTED
+} ddp_topo_file_t;
+ddp_topo_file_t ddp_topology_locate(const char *pattern, const char *node_name, char *path,
+                                    size_t pathlen, char real[PATH_MAX], char *err,
+                                    size_t errlen);
 
 int ddp_bind_option_parse(const char *value, unsigned *bind, char *err, size_t errlen);
 
@@ -92,10 +106,6 @@ void ddp_bind_describe(int local, char *buf, size_t len);
 /* the admin's part of the last ddp_bind_user_init failure, NULL: the user's */
 const char *ddp_bind_admin_fix(void);
 unsigned ddp_bind_warnings(const char ***warnings);
-/* 0 when only root can change real (file's path without symlinks) and every
- * directory above it; else -1 and err names what, the culprit and advice */
-int ddp_trusted_path(const char *what, const char *file, const char *real, const char *advice,
-                     char *err, size_t errlen);
 /* the node's GPU numbering and why (verbose), NULL without SLURM's GPUs */
 const char *ddp_bind_gpu_note(char *buf, size_t len);
 /* why GPU binding was skipped on this node, NULL when it was not */

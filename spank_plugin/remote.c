@@ -319,7 +319,9 @@ static void bind_failed(const char *err)
 static void plan_binding(spank_t sp)
 {
     char err[DDP_ERRLEN], *user = NULL;
-    ddp_bind_request_t req = {.topology = config.topology, .node_name = step.node_name,
+    ddp_bind_request_t req = {.topology = config.topology,
+                              .topology_match = config.topology_match,
+                              .node_name = step.node_name,
                               .master_addr = step.master_addr, .nnodes = step.nnodes,
                               .local_count = step.local_count,
                               .bind = ddp_bind_given ? ddp_bind_value : config.bind,

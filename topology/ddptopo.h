@@ -118,6 +118,12 @@ uint16_t dt_ras_port(uint32_t job_id, uint32_t step_id, uint32_t restart_count, 
  * NUL-terminated, *len bytes). Never blocks: a FIFO, a device or a
  * directory is refused, as is a file over `max`. */
 int dt_read_file(const char *path, size_t max, char **data, size_t *len, dt_error_t *err);
+/* Whether only root can change `real` (a path without symlinks; `file` as
+ * the user named it, for the message): the file and every directory above
+ * it owned by root and writable by no one else, a sticky directory (/tmp)
+ * excepted. 0, or -1 with err naming `what`, the component and `advice`. */
+int dt_path_trusted(const char *what, const char *file, const char *real, const char *advice,
+                    dt_error_t *err);
 
 /* ---- Node model --------------------------------------------------------
  * One structure for the three sources: live hwloc discovery, an hwloc XML
@@ -186,6 +192,7 @@ typedef struct {
 typedef struct {
     dt_source_t source;
     char path[512];          /* file it came from, "" when live */
+    char hostname[64];       /* where an hwloc export was made, "" when unknown */
     unsigned npackages;
     hwloc_bitmap_t *packages; /* cpusets */
     unsigned nnuma;
@@ -213,6 +220,10 @@ int dt_node_load_file(dt_node_t *node, const char *path, dt_error_t *err);
 int dt_node_load_live(dt_node_t *node, dt_error_t *err);
 /* Write the live topology as hwloc XML (for the plugin's per-node cache). */
 int dt_node_export_live(const char *path, dt_error_t *err);
+/* Whether a node loaded from a file describes this machine, by what sysfs
+ * gives cheaply: online CPUs, core and NUMA counts, NIC names, GPU PCI
+ * addresses. 0 when they agree, 1 with err naming every difference. */
+int dt_node_check_host(const dt_node_t *node, dt_error_t *err);
 void dt_node_free(dt_node_t *node);
 
 unsigned dt_node_nvidia_gpus(const dt_node_t *node);

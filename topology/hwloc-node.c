@@ -502,6 +502,7 @@ static int open_topology(hwloc_topology_t *topo, const xml_src_t *xml, dt_error_
 static int load(dt_node_t *node, const xml_src_t *xml, dt_error_t *err)
 {
     hwloc_topology_t topo;
+    const char *host;
     int rc;
 
     memset(node, 0, sizeof(*node));
@@ -509,6 +510,8 @@ static int load(dt_node_t *node, const xml_src_t *xml, dt_error_t *err)
         return -1;
     node->source = xml ? DT_SOURCE_HWLOC_XML : DT_SOURCE_LIVE;
     snprintf(node->path, sizeof(node->path), "%s", xml ? xml->path : "");
+    host = hwloc_obj_get_info_by_name(hwloc_get_root_obj(topo), "HostName");
+    snprintf(node->hostname, sizeof(node->hostname), "%s", host ? host : "");
     rc = from_hwloc(node, topo, err);
     if (rc == 0 && !xml)
         topo_nvml_augment(node);

@@ -90,8 +90,15 @@ cluster_down() {
 }
 
 # Rewrite the plugstack.conf line; srun and slurmstepd re-read it per launch.
+# The nodes share this machine: a topology file of another machine gets
+# topology_match=no (as `cluster up` adds it) unless the line sets it.
 plugstack() {
-    echo "$*" > "$CLUSTER_DIR/etc/plugstack.conf"
+    local line="$*"
+    case " $line " in
+    *" topology_match="*) ;;
+    *" topology=/"*) line="$line topology_match=no" ;;
+    esac
+    echo "$line" > "$CLUSTER_DIR/etc/plugstack.conf"
 }
 
 # SLURM 22.05's progress lines (info level: -Q silences them). srun and

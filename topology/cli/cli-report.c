@@ -5,6 +5,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -902,6 +903,20 @@ static void describe(const dt_node_t *node)
                        node->gpus[b].index, dt_node_nvlink(node, a, b));
 }
 
+/* A file written where users can change it is one the plugin refuses at
+ * every step: said now, while the admin is at the keyboard. Not an error:
+ * a file for reading or copying elsewhere may live anywhere. */
+static void warn_untrusted(const char *out)
+{
+    char real[PATH_MAX];
+    dt_error_t err;
+
+    if (realpath(out, real) &&
+        dt_path_trusted("topology file", out, real, "keep topology files where only root can "
+                        "change them, e.g. /etc/ddp-topo", &err) < 0)
+        fprintf(stderr, "ddp-topo: warning: ddp_topo.so will refuse this file: %s\n", err.text);
+}
+
 int cmd_detect(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -927,7 +942,8 @@ int cmd_detect(int argc, char **argv)
                         "see 'ddp-topo detect --help'");
     if (out)
         return dt_node_export_live(out, &err) < 0
-               ? cli_fail("detect", err.text, "check that the directory is writable") : 0;
+               ? cli_fail("detect", err.text, "check that the directory is writable")
+               : (warn_untrusted(out), 0);
     rc = file ? dt_node_load_file(&node, file, &err) : dt_node_load_live(&node, &err);
     if (rc < 0)
         return cli_fail("detect", err.text, "pass an hwloc or NCCL topology XML file");

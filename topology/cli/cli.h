@@ -14,4 +14,19 @@ int cmd_report(int argc, char **argv);
 int cmd_detect(int argc, char **argv);
 int cmd_check_config(int argc, char **argv);
 
+/* plugstack.c: the ddp_topo.so lines of a plugstack.conf and its includes */
+typedef struct {
+    char file[512];
+    unsigned lineno;
+    char *text;          /* "required /path/ddp_topo.so ARGS", comment removed */
+} cli_plug_line_t;
+typedef struct {
+    char path[512];      /* the plugstack.conf read (PlugStackConfig when not given) */
+    cli_plug_line_t *lines;
+    unsigned n;
+} cli_plug_lines_t;
+/* path NULL: the deployed one (slurm.conf's PlugStackConfig) */
+int cli_plugstack_read(const char *path, cli_plug_lines_t *out, dt_error_t *err);
+void cli_plugstack_free(cli_plug_lines_t *lines);
+
 #endif
