@@ -5,6 +5,7 @@
 #include "plugin.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 SPANK_PLUGIN(ddp_topo, 1);
@@ -14,14 +15,20 @@ char ddp_request_error[DDP_ERRLEN];
 bool ddp_bind_given;
 unsigned ddp_bind_value;
 
-/* A bad option value fails srun/sbatch/salloc at once. slurmstepd only logs
- * a failing option callback, so there the error is kept and the tasks fail
- * with it in task_init. */
+/* srun, sbatch and salloc exit with this on a bad option (SLURM 22.05 to 24.11) */
+#define EXIT_BAD_OPTION 255
+
+/* A bad option value fails srun/sbatch/salloc at once. SLURM follows a
+ * failed callback with a line of its own ("Invalid --ddp-topo argument:
+ * X") and exits; exiting as it would, after ours, leaves the one line that
+ * says what to write instead. slurmstepd only logs a failing option
+ * callback, so there the error is kept and the tasks fail with it in
+ * task_init. */
 static int reject(const char *err, int remote)
 {
     if (!remote) {
         slurm_error("ddp-topo: %s", err);
-        return -1;
+        exit(EXIT_BAD_OPTION);
     }
     snprintf(ddp_request_error, sizeof(ddp_request_error), "%s", err);
     return 0;
