@@ -9,6 +9,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -84,5 +86,53 @@ int dt_read_file(const char *path, size_t max, char **data, size_t *len, dt_erro
     close(fd);
     buf[*len] = '\0';
     *data = buf;
+    return 0;
+}
+
+static int write_all(int fd, const char *buf, size_t len)
+{
+    while (len) {
+        ssize_t n = write(fd, buf, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -1;
+        buf += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* A temporary beside the target (same filesystem), synced, then renamed
+ * over it: readers see the old file or the new one. */
+int topo_write_atomic(const char *path, const char *buf, size_t len, dt_error_t *err)
+{
+    char tmp[4096];
+    int fd, saved;
+    bool ok;
+
+    if ((size_t)snprintf(tmp, sizeof(tmp), "%s.XXXXXX", path) >= sizeof(tmp)) {
+        topo_seterr(err, "cannot write '%.300s': the path is too long", path);
+        return -1;
+    }
+    if ((fd = mkstemp(tmp)) < 0) {
+        topo_seterr(err, "cannot write '%.300s': %s", path, strerror(errno));
+        return -1;
+    }
+    ok = fchmod(fd, 0644) == 0 && write_all(fd, buf, len) == 0 && fsync(fd) == 0;
+    saved = errno;
+    if (close(fd) < 0 && ok) {
+        ok = false;
+        saved = errno;
+    }
+    if (ok && rename(tmp, path) < 0) {
+        ok = false;
+        saved = errno;
+    }
+    if (!ok) {
+        unlink(tmp);
+        topo_seterr(err, "cannot write '%.300s': %s", path, strerror(saved));
+        return -1;
+    }
     return 0;
 }

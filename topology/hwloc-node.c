@@ -478,6 +478,15 @@ static int open_topology(hwloc_topology_t *topo, const xml_src_t *xml, dt_error_
         topo_seterr(err, "hwloc: cannot initialise a topology: %s", strerror(errno));
         return -1;
     }
+    /* Live, the whole machine: inside a step under ConstrainCores, hwloc
+     * would otherwise see only the step's cpuset, while SLURM numbers the
+     * step's cores among all of the node's. A file keeps its own allowed
+     * set (an admin's reserved cores stay out). */
+    if (!xml && hwloc_topology_set_flags(*topo, HWLOC_TOPOLOGY_FLAG_INCLUDE_DISALLOWED) < 0) {
+        topo_seterr(err, "hwloc: cannot ask for the whole machine: %s", strerror(errno));
+        hwloc_topology_destroy(*topo);
+        return -1;
+    }
     /* I/O objects are dropped by default; we need PCI devices and bridges,
      * and from a file every one of them (live: the important ones). */
     hwloc_topology_set_io_types_filter(*topo, xml ? HWLOC_TYPE_FILTER_KEEP_ALL
@@ -567,6 +576,24 @@ out:
     return rc ? -1 : 0;
 }
 
+/* The plugin may read the file at any moment: a step must see the old file
+ * or the new one, never half of one. */
+static int export_atomic(hwloc_topology_t topo, const char *path, dt_error_t *err)
+{
+    char *xml = NULL;
+    int len = 0, rc;
+
+    if (hwloc_topology_export_xmlbuffer(topo, &xml, &len, 0) < 0 || len <= 0) {
+        topo_seterr(err, "cannot write topology to '%.300s': hwloc export failed: %s", path,
+                    strerror(errno));
+        return -1;
+    }
+    /* hwloc counts the final NUL */
+    rc = topo_write_atomic(path, xml, (size_t)len - 1, err);
+    hwloc_free_xmlbuffer(topo, xml);
+    return rc;
+}
+
 int dt_node_export_live(const char *path, dt_error_t *err)
 {
     hwloc_topology_t topo;
@@ -584,9 +611,7 @@ int dt_node_export_live(const char *path, dt_error_t *err)
     if (topo_nvml_augment(&node) && annotate_nvml(topo, &node, had_nvlink > 0) < 0)
         fprintf(stderr, "ddp-topo: warning: NVML data could not be added to the export\n");
     dt_node_free(&node);
-    rc = hwloc_topology_export_xml(topo, path, 0);
-    if (rc < 0)
-        topo_seterr(err, "cannot write topology to '%.300s': %s", path, strerror(errno));
+    rc = export_atomic(topo, path, err);
     close_topology(topo);
     return rc;
 }

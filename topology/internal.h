@@ -24,6 +24,9 @@ void topo_copy_elided(char *dst, size_t size, const char *src);
 void topo_gpu_name(char *dst, size_t size, const char *name);
 int topo_gpu_name_ids(char *dst, size_t size, unsigned vendor, unsigned device);
 
+/* file.c: write a whole file so that readers see the old one or the new */
+int topo_write_atomic(const char *path, const char *buf, size_t len, dt_error_t *err);
+
 /* node.c: shared by the loaders */
 int topo_numa_of(const dt_node_t *node, hwloc_const_bitmap_t locality);
 int topo_package_of(const dt_node_t *node, hwloc_const_bitmap_t locality);
