@@ -193,3 +193,64 @@ int contract_iface_choose(const char *master, unsigned nnodes, const char *ddprt
                  "one that has, see `ip -4 addr`, or unset %s)", var, named, named, var);
     return rc;
 }
+
+/* ---- launchers: torchrun and kin start workers of their own, so under srun
+ * or ddp-run they share one rank's plan and ports (the plugin warns at run
+ * time, ddp-run at start, the dry run from the job script) */
+
+/* argv[0] without its directory */
+static const char *base_name(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+
+    return slash ? slash + 1 : path;
+}
+
+/* python, python3, python3.11: the interpreter, not python-config */
+static int is_python(const char *name)
+{
+    if (strncmp(name, "python", 6))
+        return 0;
+    return name[6 + strspn(name + 6, "0123456789.")] == '\0';
+}
+
+static int is_torch_launch_module(const char *module)
+{
+    return !strcmp(module, "torch.distributed.run") || !strcmp(module, "torch.distributed.launch");
+}
+
+/* The module python runs with -m, NULL when it runs a script or -c: the
+ * interpreter's options come first; -W and -X take the next argument. */
+static const char *python_module(int argc, char **argv)
+{
+    for (int i = 1; i < argc && argv[i][0] == '-'; i++) {
+        if (!strcmp(argv[i], "-m"))
+            return i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strncmp(argv[i], "-m", 2))
+            return argv[i] + 2;
+        if (!strcmp(argv[i], "-c") || !strcmp(argv[i], "-") || !strcmp(argv[i], "--"))
+            return NULL;
+        if (!strcmp(argv[i], "-W") || !strcmp(argv[i], "-X"))
+            i++;
+    }
+    return NULL;
+}
+
+const char *contract_launcher_name(int argc, char **argv)
+{
+    const char *name, *module;
+
+    if (argc < 1 || !argv || !argv[0])
+        return NULL;
+    name = base_name(argv[0]);
+    if (!strcmp(name, "torchrun"))
+        return "torchrun";
+    if (!strcmp(name, "deepspeed"))
+        return "deepspeed";
+    if (!strcmp(name, "accelerate") && argc > 1 && !strcmp(argv[1], "launch"))
+        return "accelerate launch";
+    if (is_python(name) && (module = python_module(argc, argv)) && is_torch_launch_module(module))
+        return !strcmp(module, "torch.distributed.run") ? "python -m torch.distributed.run"
+                                                        : "python -m torch.distributed.launch";
+    return NULL;
+}

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* What the launchers (the SPANK plugin, ddp-run) and libddprt share, written
- * once: the environment contract's variable names, the job's secret, and
- * the choice of the interface toward MASTER_ADDR. Compiled into ddp_topo.so,
- * libddprt and ddp-run; it knows neither SLURM nor hwloc. Not installed:
+ * once: the environment contract's variable names, the job's secret, the
+ * choice of the interface toward MASTER_ADDR, and which programs are
+ * launchers. Compiled into ddp_topo.so, libddprt, ddp-run and the ddp-topo
+ * command (its dry run); it knows neither SLURM nor hwloc. Not installed:
  * both libraries keep these functions local (their linker maps). */
 #ifndef DDP_CONTRACT_H
 #define DDP_CONTRACT_H
@@ -132,5 +133,10 @@ int contract_iface_pick(const struct ifaddrs *ifs, const char *named, uint32_t r
  * variable and the interface. */
 int contract_iface_choose(const char *master, unsigned nnodes, const char *ddprt,
                           const char *gloo, contract_iface_t *out, char *err, size_t errlen);
+
+/* "torchrun", "deepspeed", "accelerate launch", "python -m
+ * torch.distributed.run" (or .launch) when argv (argc words) starts a
+ * launcher that forks workers of its own, else NULL */
+const char *contract_launcher_name(int argc, char **argv);
 
 #endif

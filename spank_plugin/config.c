@@ -12,63 +12,39 @@
 
 #include "ddptopo.h"
 
-#define VALID_VALUES "a mode (auto, env, off) and flags (verbose, share, check), comma-separated, " \
-                     "e.g. --ddp-topo=auto,verbose"
 #define VALID_ARGS "default=off|env|auto, port_range=LO-HI, topology=live|PATTERN, " \
                    "topology_match=yes|no, bind=none|gpu,cpu,mem,nic, check=PATH, disable"
 
-static const char *const mode_names[] = {
-    [DDP_MODE_OFF] = "off", [DDP_MODE_ENV] = "env", [DDP_MODE_AUTO] = "auto"};
+/* the plugin's modes are libddptopo's, which the dry run shares */
+_Static_assert((int)DDP_MODE_OFF == (int)DT_MODE_OFF && (int)DDP_MODE_ENV == (int)DT_MODE_ENV &&
+                   (int)DDP_MODE_AUTO == (int)DT_MODE_AUTO, "ddp_mode_t follows dt_mode_t");
 
 const char *ddp_mode_name(ddp_mode_t mode)
 {
-    return mode_names[mode];
+    return dt_mode_name((dt_mode_t)mode);
 }
 
 static int mode_lookup(const char *s, size_t len, ddp_mode_t *mode)
 {
-    for (size_t i = 0; i < sizeof(mode_names) / sizeof(mode_names[0]); i++) {
-        if (strlen(mode_names[i]) == len && !strncmp(s, mode_names[i], len)) {
-            *mode = (ddp_mode_t)i;
-            return 0;
-        }
-    }
-    return -1;
+    dt_mode_t m;
+
+    if (dt_mode_lookup(s, len, &m) < 0)
+        return -1;
+    *mode = (ddp_mode_t)m;
+    return 0;
 }
 
 int ddp_request_parse(const char *value, ddp_request_t *req, char *err, size_t errlen)
 {
-    ddp_request_t r = {.given = true, .mode = DDP_MODE_AUTO};
-    bool have_mode = false;
-    const char *s = value ? value : "";
+    dt_request_t r;
+    dt_error_t derr;
 
-    /* A bare --ddp-topo means auto (SLURM may pass NULL or ""). */
-    if (!*s)
-        goto done;
-    do {
-        size_t len = strcspn(s, ",");
-        ddp_mode_t m;
-
-        if (len == 7 && !strncmp(s, "verbose", 7)) {
-            r.verbose = true;
-        } else if (len == 5 && !strncmp(s, "share", 5)) {
-            r.share = true;
-        } else if (len == 5 && !strncmp(s, "check", 5)) {
-            r.check = true;
-        } else if (!have_mode && mode_lookup(s, len, &m) == 0) {
-            r.mode = m;
-            have_mode = true;
-        } else {
-            const char *why = len == 0 ? "empty item"
-                            : mode_lookup(s, len, &m) == 0 ? "a second mode" : "unknown item";
-            snprintf(err, errlen, "invalid --ddp-topo value '%.80s': %s '%.*s' (expected %s)",
-                     value, why, (int)(len > 40 ? 40 : len), s, VALID_VALUES);
-            return -1;
-        }
-        s += len;
-    } while (*s++ == ',');
-done:
-    *req = r;
+    if (dt_request_parse(value, &r, &derr) < 0) {
+        snprintf(err, errlen, "%s", derr.text);
+        return -1;
+    }
+    *req = (ddp_request_t){.given = true, .mode = (ddp_mode_t)r.mode, .verbose = r.verbose,
+                           .share = r.share, .check = r.check};
     return 0;
 }
 

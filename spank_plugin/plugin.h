@@ -112,9 +112,6 @@ const char *ddp_bind_gpu_note(char *buf, size_t len);
 const char *ddp_bind_gpu_skipped(void);
 
 /* launcher.c: the task's program (S_JOB_ARGV), pure */
-/* "torchrun", "accelerate launch", ... when it is a launcher that starts
- * its own workers, else NULL */
-const char *ddp_launcher_name(int argc, char **argv);
 /* argv[0] when it is a --ddp-topo value (auto, off, auto,...): the option
  * was written with a space; else NULL */
 const char *ddp_mode_as_program(int argc, char **argv);

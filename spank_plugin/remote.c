@@ -586,7 +586,7 @@ static const char *task_launcher(spank_t sp)
 
     if (spank_get_item(sp, S_JOB_ARGV, &argc, &argv) != ESPANK_SUCCESS)
         return NULL;
-    return ddp_launcher_name(argc, argv);
+    return contract_launcher_name(argc, argv);
 }
 
 /* Rank 0 only: srun gathers every task's stderr on one terminal, so this

@@ -233,6 +233,24 @@ const char *dt_path_name(dt_path_t path);
 const char *dt_nic_kind_name(dt_nic_kind_t kind);
 double dt_node_nvlink(const dt_node_t *node, unsigned gpu_a, unsigned gpu_b);
 
+/* ---- The --ddp-topo request --------------------------------------------------- */
+
+typedef enum { DT_MODE_OFF, DT_MODE_ENV, DT_MODE_AUTO } dt_mode_t;
+
+typedef struct {
+    dt_mode_t mode;
+    int verbose;  /* print each rank's settings */
+    int share;    /* more ranks than GPUs is allowed */
+    int check;    /* run the preflight check in each task */
+} dt_request_t;
+
+/* --ddp-topo's value, MODE[,FLAG...] in any order (NULL or "": auto), as
+ * the plugin reads it; err says what is wrong and lists the valid words. */
+int dt_request_parse(const char *value, dt_request_t *req, dt_error_t *err);
+/* "off", "env" or "auto"; dt_mode_lookup: 0 when s[0..len) is one */
+const char *dt_mode_name(dt_mode_t mode);
+int dt_mode_lookup(const char *s, size_t len, dt_mode_t *mode);
+
 /* ---- Binding plan of one node ---------------------------------------------- */
 
 enum { DT_BIND_GPU = 1, DT_BIND_CPU = 2, DT_BIND_MEM = 4, DT_BIND_NIC = 8 };

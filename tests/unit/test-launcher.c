@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The task's program as SLURM passes it (S_JOB_ARGV): launchers that start
  * their own workers, and --ddp-topo values that a space made the program. */
+#include "contract.h"
 #include "plugin.h"
 #include "tap.h"
 
@@ -15,8 +16,8 @@ static const char *str(const char *s)
 
 static void launcher(int argc, char **argv, const char *want)
 {
-    is_str(str(ddp_launcher_name(argc, argv)), str(want), "launcher of '%s' (%d words)", argv[0],
-           argc);
+    is_str(str(contract_launcher_name(argc, argv)), str(want), "launcher of '%s' (%d words)",
+           argv[0], argc);
 }
 
 static void word(const char *program, const char *want)
@@ -53,7 +54,7 @@ int main(void)
     launcher(ARGC(accelenv), accelenv, NULL);
     launcher(ARGC(ds), ds, "deepspeed");
     launcher(ARGC(plain), plain, NULL);
-    ok(ddp_launcher_name(0, NULL) == NULL, "no program: no launcher");
+    ok(contract_launcher_name(0, NULL) == NULL, "no program: no launcher");
 
     word("auto", "auto");
     word("off", "off");

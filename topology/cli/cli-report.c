@@ -28,7 +28,10 @@
     "  -c, --cpus-per-task C      ranks split the cores SLURM allocates for C CPUs\n" \
     "                             per task (default: all of a node's cores)\n" \
     "      --sbatch FILE          read the job's #SBATCH lines and its first srun\n" \
-    "                             line's options (they override #SBATCH)\n" \
+    "                             line's options (they override #SBATCH); name the\n" \
+    "                             script's lines that undo ddp-topo (a launcher under\n" \
+    "                             srun, MASTER_PORT, MASTER_ADDR, ranks): exit 1\n" \
+    "      --convert              with --sbatch: print the script with those fixed\n" \
     "Topology and binding:\n" \
     "      --topology SRC         live (default), FILE, or PATTERN with %%n / %%h\n" \
     "      --bind LIST            none, or gpu,cpu,mem,nic (default gpu,cpu)\n" \
@@ -57,10 +60,16 @@ typedef struct {
     long nodes, ntasks, ntasks_per_node, gpus_per_node;
     const char *tasks_per_node, *dist, *gpus, *format;
     char *script;  /* the --sbatch file: option values point into it */
+    char *original;     /* the file as written, for --convert */
+    cli_lint_t lint;    /* what in the script undoes ddp-topo's setup */
+    int convert;        /* --convert: print the script to write instead */
+    long line;          /* the #SBATCH or srun line being read */
+    long last_directive; /* the last #SBATCH line (or the #! line), 0: none */
     const char *script_path;
     /* from the job script only: SLURM's meanings, resolved with the layout */
     long gpus_per_task, gpus_total;
-    const char *mode;  /* the script's --ddp-topo value, NULL: none */
+    const char *mode;  /* the script's --ddp-topo value as written, NULL: none */
+    dt_request_t req;  /* ... as the plugin reads it */
     int mode_seen;
     int src;           /* SRC_SBATCH or SRC_SRUN: the options being read */
     int srun_gpus;     /* the srun line asked for GPUs: the script's are replaced */
@@ -311,21 +320,22 @@ static int gres_gpus(const report_args_t *a, const char *val, long *n)
 
 /* The mode item of MODE[,FLAGS] in any order ("verbose,env"); none: auto,
  * as the plugin reads it. */
-static const char *mode_name(const char *val)
+/* --ddp-topo=MODE[,FLAGS] of the script: the mode the job will run in, by
+ * the plugin's grammar, so a value sbatch refuses fails the report too. */
+static int script_mode(report_args_t *a, const char *val)
 {
-    for (const char *p = val; *p; p += strcspn(p, ",") + (p[strcspn(p, ",")] == ','))
-        if ((!strncmp(p, "env", 3) || !strncmp(p, "off", 3)) && (!p[3] || p[3] == ','))
-            return !strncmp(p, "env", 3) ? "env" : "off";
-    return "auto";
-}
+    dt_error_t err;
+    char where[64];
 
-/* --ddp-topo=MODE[,FLAGS] of the script: the mode the job will run in.
- * A bare --ddp-topo is auto. */
-static void script_mode(report_args_t *a, const char *val)
-{
+    if (dt_request_parse(val, &a->req, &err) < 0) {
+        snprintf(where, sizeof(where), "report: %s line %ld", a->src == SRC_SRUN ? "srun" : "#SBATCH",
+                 a->line);
+        return cli_fail(where, err.text, "sbatch and srun refuse it the same way: fix the value");
+    }
     a->mode_seen = 1;
     a->mode = val ? val : "auto";
-    a->o.share_gpus = strstr(a->mode, "share") != NULL;
+    a->o.share_gpus = a->req.share;
+    return 0;
 }
 
 static int listed(const char *name, const char *const *names, size_t n)
@@ -413,7 +423,7 @@ static int apply_sbatch(report_args_t *a, const char *name, const char *val)
     if (a->src == SRC_SRUN)
         srun_replaces(a, name, val);
     if (IS("ddp-topo"))
-        script_mode(a, val);
+        rc = script_mode(a, val);
     else if (!val)
         return 0;
     else if (IS("gres"))
@@ -443,37 +453,6 @@ static int sbatch_flag(const char *name)
         "get-user-env", "hold", "H", "ignore-pbs", "nice", "no-kill", "k", "no-requeue",
         "parsable", "propagate", "quiet", "Q", "reboot", "requeue", "spread-job", "test-only",
         "use-min-nodes", "verbose", "v", "wait", "W"};
-
-    return IN(name, names);
-}
-
-/* srun's options that take a separate value (srun(1) of SLURM 22.05: a
- * required one), this plugin's --ddp-topo-bind and the container options of
- * pyxis, the SPANK plugin most GPU clusters run. Any other option on an
- * srun line is a flag (--nice, --no-container-mount-home: optional values
- * need '='), and the next word that is no option is the program. */
-static int srun_takes_value(const char *name)
-{
-    static const char *const names[] = {
-        "A", "b", "B", "c", "C", "d", "D", "e", "F", "G", "i", "J", "L", "m", "M", "n", "N",
-        "o", "p", "q", "r", "S", "t", "T", "w", "W", "x",
-        "accel-bind", "account", "acctg-freq", "bb", "bbf", "bcast-exclude", "begin", "chdir",
-        "cluster-constraint", "clusters", "comment", "constraint", "container", "core-spec",
-        "cores-per-socket", "cpu-bind", "cpu-freq", "cpus-per-gpu", "cpus-per-task", "deadline",
-        "delay-boot", "dependency", "distribution", "epilog", "error", "exclude", "export",
-        "extra-node-info", "gid", "gpu-bind", "gpu-freq", "gpus", "gpus-per-node",
-        "gpus-per-socket", "gpus-per-task", "gres", "gres-flags", "het-group", "hint", "input",
-        "job-name", "jobid", "licenses", "mail-type", "mail-user", "mcs-label", "mem",
-        "mem-bind", "mem-per-cpu", "mem-per-gpu", "mincpus", "mpi", "msg-timeout", "network",
-        "nodefile", "nodelist", "nodes", "ntasks", "ntasks-per-core", "ntasks-per-gpu",
-        "ntasks-per-node", "ntasks-per-socket", "open-mode", "output", "partition", "power",
-        "prefer", "priority", "profile", "prolog", "qos", "relative", "reservation", "signal",
-        "slurmd-debug", "sockets-per-node", "switches", "task-epilog", "task-prolog",
-        "tasks-per-node", "thread-spec", "threads", "threads-per-core", "time", "time-min",
-        "tmp", "uid", "wait", "wckey",
-        "ddp-topo-bind",
-        "container-image", "container-mounts", "container-workdir", "container-name",
-        "container-save", "container-env"};
 
     return IN(name, names);
 }
@@ -534,7 +513,7 @@ static int apply_options(report_args_t *a, char *line)
             shortopt[0] = name[0];
             name = shortopt;
         } else if (next && next[0] != '-' &&
-                   (a->src == SRC_SRUN ? srun_takes_value(name) : !sbatch_flag(name))) {
+                   (a->src == SRC_SRUN ? cli_srun_takes_value(name) : !sbatch_flag(name))) {
             val = next;
             next = next_word(&line);
         }
@@ -618,6 +597,9 @@ static int read_sbatch(report_args_t *a, const char *path)
         snprintf(why, sizeof(why), "job script %s", err.text);
         return cli_fail("report", why, "check the --sbatch path");
     }
+    if (!(a->original = malloc(len + 1)))
+        return cli_fail("report", "out of memory", "retry");
+    memcpy(a->original, a->script, len + 1);
     for (line = a->script; line < a->script + len; line = end + 1) {
         char *s = line + strspn(line, " \t"), *limit = a->script + len;
         long first = ++lineno;
@@ -627,12 +609,17 @@ static int read_sbatch(report_args_t *a, const char *path)
         if (body && *s != '#')
             end = command_end(line, end, limit, &lineno);
         *end = '\0';
+        a->line = first;
+        if (!body && (!strncmp(s, "#SBATCH", 7) || (first == 1 && !strncmp(s, "#!", 2))))
+            a->last_directive = first;
         if (!body && !strncmp(s, "#SBATCH", 7) && apply_options(a, s + 7) < 0)
             return -1;
+        if (body)
+            cli_lint_line(&a->lint, s, first, lineno); /* before body_line cuts it into words */
         if (body && body_line(a, s, first) < 0)
             return -1;
     }
-    if (a->mode_seen && strcmp(mode_name(a->mode), "auto"))
+    if (a->mode_seen && a->req.mode != DT_MODE_AUTO)
         a->o.bind = 0; /* env and off never bind: the report shows no binding */
     return 0;
 }
@@ -749,7 +736,7 @@ static int parse_report_args(report_args_t *a, int argc, char **argv)
         {"intra-bw", 1, 0, 0}, {"intra-lat", 1, 0, 0}, {"inter-bw", 1, 0, 0},
         {"inter-lat", 1, 0, 0}, {"job-id", 1, 0, 0}, {"step-id", 1, 0, 0},
         {"restart-count", 1, 0, 0}, {"port-range", 1, 0, 0}, {"resv-ports", 1, 0, 0},
-        {"format", 1, 0, 0}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+        {"format", 1, 0, 0}, {"convert", 0, 0, 0}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int c, idx, rc = 0;
 
     /* the job script first, so the command line overrides it; getopt
@@ -774,6 +761,10 @@ static int parse_report_args(report_args_t *a, int argc, char **argv)
             continue;
         if (c == 0 && !strcmp(opts[idx].name, "share")) {
             a->o.share_gpus = 1;
+            continue;
+        }
+        if (c == 0 && !strcmp(opts[idx].name, "convert")) {
+            a->convert = 1;
             continue;
         }
         if (c == 0 && !strncmp(opts[idx].name, "gpus", 4))
@@ -817,11 +808,38 @@ static void script_summary(const report_args_t *a, FILE *f)
                 "script, or submit with 'sbatch --ddp-topo=auto %s')\n", a->script_path,
                 a->script_path);
     else
-        fprintf(f, "mode %s (--ddp-topo=%s): %s\n", mode_name(m), m,
-                !strcmp(mode_name(m), "env") ? "variables only, no GPU or CPU binding"
-                : !strcmp(mode_name(m), "off") ? "the job gets nothing from ddp-topo"
+        fprintf(f, "mode %s (--ddp-topo=%s): %s\n", dt_mode_name(a->req.mode), m,
+                a->req.mode == DT_MODE_ENV ? "variables only, no GPU or CPU binding"
+                : a->req.mode == DT_MODE_OFF ? "the job gets nothing from ddp-topo"
                 : "variables and binding");
     fflush(f); /* before any error on stderr */
+}
+
+static void report_args_free(report_args_t *a)
+{
+    cli_lint_free(&a->lint);
+    free(a->script);
+    free(a->original);
+}
+
+/* --convert: the script to write instead, on stdout; what changed, on stderr */
+static int convert_script(report_args_t *a)
+{
+    int rc = 0;
+
+    if (!a->script_path)
+        rc = cli_fail("report", "--convert needs --sbatch FILE", "pass the job script to convert");
+    else if (a->lint.oom)
+        rc = cli_fail("report", "out of memory", "retry");
+    else {
+        cli_lint_convert(&a->lint, a->original, a->mode_seen ? -1 : a->last_directive, stdout);
+        fprintf(stderr, "ddp-topo: report: %u problem%s in %s changed%s\n", a->lint.n,
+                a->lint.n == 1 ? "" : "s", a->script_path,
+                a->mode_seen ? "" : ", and #SBATCH --ddp-topo=auto added");
+        rc = fflush(stdout) ? -1 : 0;
+    }
+    report_args_free(a);
+    return rc;
 }
 
 int cmd_report(int argc, char **argv)
@@ -837,6 +855,8 @@ int cmd_report(int argc, char **argv)
     rc = from_slurm_env(&a);
     if (rc == 0)
         rc = parse_report_args(&a, argc, argv);
+    if (rc == 0 && a.convert)
+        return convert_script(&a);
     if (rc == 0)
         rc = resolve_layout(&a);
     if (rc == 0 && a.format) {
@@ -860,7 +880,12 @@ int cmd_report(int argc, char **argv)
         rc = dt_report_write(report, fmt, stdout) < 0 || fflush(stdout) ? -1 : 0;
         dt_report_free(report);
     }
-    free(a.script);
+    /* the job would run, but not as ddp-topo means it to: exit 1 */
+    if (rc == 0 && a.lint.n) {
+        cli_lint_print(&a.lint, a.original, a.script_path, fmt == DT_FORMAT_TEXT ? stdout : stderr);
+        rc = -1;
+    }
+    report_args_free(&a);
     return rc == 2 ? 0 : rc;
 }
 
