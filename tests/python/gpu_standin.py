@@ -2,7 +2,8 @@
 """Run under ddp-run with the CUDA/NCCL stand-in (gpu-standin.test):
 ddp_topo.Runtime's device-pointer path (gpu_attach, gpu_allreduce) through
 its ctypes layer, on device memory the stand-in's cudaMalloc returned, on
-the legacy stream and on a stream of its own. One line per rank: "ok ..."
+the legacy stream and on a stream of its own, and a negative count refused
+before anything reaches NCCL. One line per rank: "ok ..."
 or "not ok ... (saw ...)"."""
 
 import array
@@ -29,6 +30,12 @@ def main():
     addr, _ = host.buffer_info()
     want = [sum(float(r + 1 + i % 5) for r in range(rt.size)) for i in range(n)]
     bad = []
+    try:  # before it was checked, ctypes made -1 a count of 2**64 - 1 elements
+        rt.gpu_allreduce(dev.value, -1, "float32")
+        bad.append("count -1: no exception")
+    except ValueError as e:
+        if "count -1 is not a number of elements" not in str(e):
+            bad.append("count -1: %s" % e)
     for name, s in (("legacy stream", None), ("own stream", stream.value)):
         assert cuda.cudaMemcpy(dev, ctypes.c_void_p(addr), n * 4, 1) == 0  # host to device
         rt.gpu_allreduce(dev.value, n, "float32", "sum", s)

@@ -7,6 +7,10 @@ libddprt's collectives from Python (ctypes; no compiler needed).
     with ddp_topo.Runtime() as rt:
         rt.allreduce(buf, "float32")
 
+Threads: any thread may use a Runtime; its calls run one at a time, and
+close() waits for the call in flight (Runtime's docstring; docs/runtime.md,
+"Threads"). A buffer's element type must be the dtype's (raw bytes fit any).
+
 PyTorch: ddp_topo.torch (imports torch only when used)."""
 
 from ._contract import NAMES, NotLaunchedError, Plan, plan

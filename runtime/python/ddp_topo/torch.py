@@ -8,7 +8,11 @@ and DDP communication hooks that reduce gradients with libddprt.
 
 Each hook averages once, as DDP does without a hook: the bucket is scaled by
 1/world_size, then summed. CUDA tensors go through drt_gpu_allreduce on the
-current stream (not yet run on a GPU); CPU tensors are what the tests prove."""
+current stream (not yet run on a GPU); CPU tensors are what the tests prove.
+A bucket must be dense and contiguous (checked before it is touched, on
+either device); the bf16 hook reduces a contiguous copy, so any layout
+works there. DDP may call the hooks from its own threads: the Runtime
+serialises its calls."""
 
 import ctypes
 
@@ -51,9 +55,32 @@ def _dtype(tensor):
     return _DTYPES[tensor.dtype]
 
 
-def _gpu_sum(rt, tensor):
-    rt.gpu_allreduce(tensor.data_ptr(), tensor.numel(), _dtype(tensor), "sum",
-                     torch.cuda.current_stream().cuda_stream)
+def _layout(tensor):
+    """(address, count, dtype name) of a tensor the runtime can reduce in
+    place: numel() elements from data_ptr() are exactly the tensor's only
+    when it is dense and contiguous (a view such as base[::2] is neither:
+    reduced as if it were, it would mix in, and change, base's other
+    elements). Checked before the bucket is touched, for every path."""
+    name = _dtype(tensor)
+    if tensor.layout != torch.strided:
+        raise ValueError("ddp-topo: cannot reduce a %s tensor (the runtime reduces dense "
+                         "tensors: pass tensor.to_dense())" % tensor.layout)
+    if not tensor.is_contiguous():
+        raise ValueError("ddp-topo: cannot reduce a non-contiguous tensor (shape %s, stride %s): "
+                         "the runtime reduces numel() elements from data_ptr() (reduce "
+                         "tensor.contiguous() and copy the result back)"
+                         % (tuple(tensor.shape), tensor.stride()))
+    return tensor.data_ptr(), tensor.numel(), name
+
+
+def _sum_now(rt, tensor, layout):
+    """Sum tensor in place across the ranks (on a GPU: enqueued on the
+    current stream, done as far as torch can tell)."""
+    address, count, name = layout
+    if tensor.is_cuda:
+        rt.gpu_allreduce(address, count, name, "sum", torch.cuda.current_stream().cuda_stream)
+    else:
+        rt.allreduce(ctypes.c_void_p(address), name, count=count)
 
 
 def _raise_failure(fut):
@@ -66,9 +93,10 @@ def _raise_failure(fut):
     return value
 
 
-def _sum_later(rt, tensor, then):
-    """Sum tensor in place across the ranks; a Future of then()'s value once
-    done, or of the failure (the runtime's, naming the rank)."""
+def _sum_later(rt, tensor, then, scale=1.0):
+    """Scale tensor, then sum it in place across the ranks; a Future of
+    then()'s value once done, or of the failure (the runtime's, naming the
+    rank; a tensor the runtime cannot reduce is left untouched)."""
     fut = torch.futures.Future()
 
     def finish(error):
@@ -80,13 +108,15 @@ def _sum_later(rt, tensor, then):
             fut.set_result(e)
 
     try:
+        layout = _layout(tensor)
+        if scale != 1.0:
+            tensor.mul_(scale)
         if tensor.is_cuda:
-            _gpu_sum(rt, tensor)  # ordered on the stream: done as far as torch can tell
+            _sum_now(rt, tensor, layout)
             finish(None)
         else:
-            req = rt.iallreduce(ctypes.c_void_p(tensor.data_ptr()), _dtype(tensor),
-                                count=tensor.numel())
-            rt.when_done(req, finish)
+            address, count, name = layout
+            rt.when_done(rt.iallreduce(ctypes.c_void_p(address), name, count=count), finish)
     except (RuntimeFailure, ValueError) as e:
         finish(e)
     return fut.then(_raise_failure)
@@ -96,11 +126,9 @@ def allreduce_hook(rt, bucket):
     """Blocking: the bucket is averaged before the hook returns."""
     fut, tensor = torch.futures.Future(), bucket.buffer()
     try:
+        layout = _layout(tensor)
         tensor.mul_(1.0 / rt.size)
-        if tensor.is_cuda:
-            _gpu_sum(rt, tensor)
-        else:
-            rt.allreduce(ctypes.c_void_p(tensor.data_ptr()), _dtype(tensor), count=tensor.numel())
+        _sum_now(rt, tensor, layout)
         fut.set_result(tensor)
     except (RuntimeFailure, ValueError) as e:
         fut.set_result(e)
@@ -111,15 +139,15 @@ def async_allreduce_hook(rt, bucket):
     """The bucket is averaged by the runtime's progress thread while backward
     goes on; a waiter thread completes the Future."""
     tensor = bucket.buffer()
-    tensor.mul_(1.0 / rt.size)
-    return _sum_later(rt, tensor, lambda: tensor)
+    return _sum_later(rt, tensor, lambda: tensor, 1.0 / rt.size)
 
 
 def bf16_compress_hook(rt, bucket):
     """Averages a bfloat16 copy of the bucket (half the bytes on the wire;
-    the runtime adds in float32) and writes it back."""
+    the runtime adds in float32) and writes it back. The copy is contiguous
+    whatever the bucket's layout, so a strided bucket is reduced right."""
     tensor = bucket.buffer()
-    compressed = tensor.mul_(1.0 / rt.size).to(torch.bfloat16)
+    compressed = tensor.mul_(1.0 / rt.size).to(torch.bfloat16).contiguous()
     return _sum_later(rt, compressed, lambda: tensor.copy_(compressed))
 
 
