@@ -12,17 +12,25 @@
  * neither load nor keep ever matches), then fsync, rename, fsync of DIR.
  * drt_ckpt_save only copies the sections into the file image (a buffer kept
  * from save to save, so a large one is not faulted in anew every time); the
- * thread hashes and writes it. */
+ * thread hashes and writes it.
+ *
+ * The checksum tells a whole file from a torn one, not who wrote it: what
+ * keeps another user's weights out is that drt_ckpt_open refuses a path
+ * another user could change, and load a file another user owns or can
+ * write. A run holds DIR/.ddprt-lock (flock) while open, so two runs never
+ * share a directory: each would remove the other's files. */
 #define _GNU_SOURCE /* mkostemp */
 #include "internal.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pwd.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -34,9 +42,12 @@
 #define CK_FILE_MAX ((uint64_t)64 << 30) /* larger is surely not ours: not read */
 #define CK_KEEP 3
 #define CK_PATH 4096
+#define CK_LOCK ".ddprt-lock"        /* a name neither load, keep nor the temporaries match */
+#define CK_LINKS 40                  /* symbolic links in one path, as the kernel allows */
 
 struct drt_ckpt {
     char *dir, *local;
+    int lock, local_lock;   /* the directories' lock files, -1: not locked */
     int keep;
     pthread_t thread;
     int busy;               /* a write thread started and not yet joined */
@@ -382,9 +393,236 @@ static int make_dir(const char *dir, drt_error_t *err)
     return S_ISDIR(st.st_mode) ? 0 : dir_fail(err, dir, "not a directory");
 }
 
+/* ---- whose directory: only this run's user and root may change it ---------------- */
+
+enum { TRUSTED, OTHER_OWNER, OTHER_WRITER };
+
+/* As sshd's StrictModes and the plugin's topology files: a user who owns,
+ * or can write, a directory on the path (or owns a symbolic link on it) can
+ * put their weights where the run loads them and delete the run's
+ * checkpoints. A sticky directory above (/tmp) is the exception: others may
+ * add entries there but not rename or remove ours. `own` (the checkpoint
+ * directory and the files in it) must be writable by nobody else at all. */
+static int trust_of(const struct stat *st, int own)
+{
+    if (st->st_uid != geteuid() && st->st_uid != 0)
+        return OTHER_OWNER;
+    if (S_ISLNK(st->st_mode)) /* a link's own mode means nothing */
+        return TRUSTED;
+    if ((st->st_mode & (S_IWGRP | S_IWOTH)) &&
+        (own || !S_ISDIR(st->st_mode) || !(st->st_mode & S_ISVTX)))
+        return OTHER_WRITER;
+    return TRUSTED;
+}
+
+static const char *user_name(uid_t uid, char *buf, size_t len)
+{
+    struct passwd pw, *found = NULL;
+    char tmp[1024];
+
+    if (getpwuid_r(uid, &pw, tmp, sizeof(tmp), &found) == 0 && found)
+        snprintf(buf, len, "%s", pw.pw_name);
+    else
+        snprintf(buf, len, "uid %u", (unsigned)uid);
+    return buf;
+}
+
+/* the refusal of `dir` because of `path` (st, trust_of's `why`) */
+static int refuse(drt_error_t *err, const char *dir, const char *path, const struct stat *st,
+                  int why)
+{
+    char owner[64], me[64];
+    const char *kind = S_ISLNK(st->st_mode) ? "symbolic link"
+                       : S_ISDIR(st->st_mode) ? "directory" : "file";
+    const char *fix = S_ISLNK(st->st_mode) ? "give the path it points to, or a link of your own"
+                      : S_ISDIR(st->st_mode) ? "give a directory of your own"
+                                             : "remove it, or chown it if it is yours";
+
+    if (why == OTHER_OWNER)
+        return drt_fail(err, "checkpoint directory %s refused: %s %s is owned by %s, not by "
+                        "this run's user (%s) or root (%s)", dir, kind, path[0] ? path : "/",
+                        user_name(st->st_uid, owner, sizeof(owner)),
+                        user_name(geteuid(), me, sizeof(me)), fix);
+    return drt_fail(err, "checkpoint directory %s refused: %s %s is writable by other users "
+                    "(mode %04o) (chmod go-w %s)", dir, kind, path[0] ? path : "/",
+                    (unsigned)(st->st_mode & 07777), path[0] ? path : "/");
+}
+
+typedef struct {
+    const char *dir;        /* as given, for messages */
+    char path[CK_PATH];     /* resolved so far ("" is /): no link, no "." or ".." */
+    int links;
+} walk_t;
+
+static int walk(walk_t *w, const char *rel, drt_error_t *err);
+
+/* w->path, a symbolic link: its target, resolved from the link's directory */
+static int follow(walk_t *w, size_t parent_len, drt_error_t *err)
+{
+    char *target = malloc(CK_PATH);
+    ssize_t n = target ? readlink(w->path, target, CK_PATH - 1) : -1;
+    int rc;
+
+    if (n < 0 || ++w->links > CK_LINKS) {
+        free(target);
+        return drt_fail(err, "checkpoint directory %s: cannot follow %s: %s (give the path "
+                        "it points to)", w->dir, w->path, n < 0 ? strerror(errno)
+                                                             : "too many symbolic links");
+    }
+    target[n] = 0;
+    w->path[target[0] == '/' ? 0 : parent_len] = 0;
+    rc = walk(w, target, err);
+    free(target);
+    return rc;
+}
+
+/* Resolve `rel` below w->path as the kernel does, checking each directory
+ * and symbolic link it passes, those of a link's target too. */
+static int walk(walk_t *w, const char *rel, drt_error_t *err)
+{
+    for (const char *p = rel; *p; p += strspn(p, "/")) {
+        size_t n = strcspn(p, "/"), len = strlen(w->path);
+        struct stat st;
+        int why;
+
+        if (n == 2 && p[0] == '.' && p[1] == '.')
+            *(strrchr(w->path, '/') ? strrchr(w->path, '/') : w->path) = 0;
+        if (n <= 2 && !strncmp(p, "..", n)) { /* "." or ".." */
+            p += n;
+            continue;
+        }
+        if (len + 1 + n >= CK_PATH)
+            return dir_fail(err, w->dir, "path too long");
+        w->path[len] = '/';
+        memcpy(w->path + len + 1, p, n);
+        w->path[len + 1 + n] = 0;
+        p += n;
+        if (lstat(w->path, &st) < 0)
+            return drt_fail(err, "checkpoint directory %s: cannot check %s: %s (give an "
+                            "existing directory)", w->dir, w->path, strerror(errno));
+        if ((why = trust_of(&st, 0)) != TRUSTED)
+            return refuse(err, w->dir, w->path, &st, why);
+        if (S_ISLNK(st.st_mode) && follow(w, len, err) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Every directory and symbolic link from / to dir, and dir itself (make_dir
+ * made it, so all exist). */
+static int check_path(const char *dir, drt_error_t *err)
+{
+    walk_t w = {.dir = dir};
+    char cwd[CK_PATH];
+    struct stat st;
+    int why;
+
+    if (lstat("/", &st) < 0)
+        return dir_fail(err, dir, strerror(errno));
+    if ((why = trust_of(&st, 0)) != TRUSTED)
+        return refuse(err, dir, "", &st, why);
+    if (dir[0] != '/' && !getcwd(cwd, sizeof(cwd)))
+        return drt_fail(err, "checkpoint directory %s: cannot tell the current directory: %s "
+                        "(give an absolute path)", dir, strerror(errno));
+    if ((dir[0] != '/' && walk(&w, cwd, err) < 0) || walk(&w, dir, err) < 0)
+        return -1;
+    if (stat(w.path[0] ? w.path : "/", &st) < 0)
+        return dir_fail(err, dir, strerror(errno));
+    if ((why = trust_of(&st, 1)) != TRUSTED)
+        return refuse(err, dir, w.path, &st, why);
+    return 0;
+}
+
+/* ---- one run per directory: the lock -------------------------------------------- */
+
+/* who holds a lock, written into its file for the next run's message */
+static void holder(char *buf, size_t len)
+{
+    char host[256] = "";
+    const char *job = getenv("SLURM_JOB_ID");
+
+    gethostname(host, sizeof(host) - 1);
+    snprintf(buf, len, "pid %ld on %s%s%s", (long)getpid(), host, job ? ", SLURM job " : "",
+             job ? job : "");
+}
+
+/* the holder's name into its lock file, 0 when written */
+static int say_holder(int fd)
+{
+    char who[320];
+    size_t n;
+
+    holder(who, sizeof(who));
+    n = strlen(who);
+    return pwrite(fd, who, n, 0) == (ssize_t)n && ftruncate(fd, (off_t)n) == 0 ? 0 : -1;
+}
+
+/* what the holder wrote, printable characters only */
+static void holder_of(int fd, char *buf, size_t len)
+{
+    ssize_t n = pread(fd, buf, len - 1, 0);
+    size_t k = 0;
+
+    while (n > 0 && k < (size_t)n && buf[k] >= ' ' && buf[k] <= '~')
+        k++;
+    buf[k] = 0;
+    if (!k)
+        snprintf(buf, len, "it has not said who it is yet");
+}
+
+static int lock_fail(drt_error_t *err, const char *dir, int fd, const char *path, int e)
+{
+    if (fd >= 0)
+        close(fd);
+    return drt_fail(err, "checkpoint directory %s: cannot lock %s: %s (%s)", dir, path,
+                    strerror(e), e == ELOOP ? "remove that symbolic link" : write_hint(e));
+}
+
+/* Hold dir's lock file while open: *fd, or -1 on a file system without
+ * locks (said on stderr; the run goes on as before locks). */
+static int lock_dir(const char *dir, int *out, drt_error_t *err)
+{
+    char path[CK_PATH], who[320];
+    struct stat st;
+    int fd, why;
+
+    *out = -1;
+    snprintf(path, sizeof(path), "%s/" CK_LOCK, dir);
+    if ((fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600)) < 0)
+        return lock_fail(err, dir, fd, path, errno);
+    if (fstat(fd, &st) < 0)
+        return lock_fail(err, dir, fd, path, errno);
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return drt_fail(err, "checkpoint directory %s: its lock file %s is not a regular file "
+                        "(remove it)", dir, path);
+    }
+    if ((why = trust_of(&st, 1)) != TRUSTED) {
+        close(fd);
+        return refuse(err, dir, path, &st, why);
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+        say_holder(fd); /* best effort: the lock works without the name */
+        *out = fd;
+        return 0;
+    }
+    if (errno == EWOULDBLOCK) {
+        holder_of(fd, who, sizeof(who));
+        close(fd);
+        return drt_fail(err, "checkpoint directory %s: in use by another run (%s) (wait for it "
+                        "to end, or give this run a directory of its own)", dir, who);
+    }
+    if (errno != ENOLCK && errno != ENOSYS && errno != EOPNOTSUPP)
+        return lock_fail(err, dir, fd, path, errno);
+    fprintf(stderr, "ddprt: checkpoint directory %s: not locked: %s (no other run may use it "
+            "meanwhile; mount it with locks, e.g. Lustre's -o flock)\n", dir, strerror(errno));
+    close(fd);
+    return 0;
+}
+
 /* A writer killed mid-write (SLURM's SIGKILL after KillWait) leaves its
- * temporary file, as large as a checkpoint: whoever opens the directory to
- * write is its one writer, and removes them. */
+ * temporary file, as large as a checkpoint. Under the lock they are all
+ * such leftovers: a live writer holds the lock. */
 static void remove_temps(const char *dir)
 {
     DIR *d = opendir(dir);
@@ -403,6 +641,29 @@ static void remove_temps(const char *dir)
         closedir(d);
 }
 
+/* one directory: made, its path checked, locked, a dead writer's leftovers removed */
+static int open_dir(const char *dir, int *lock, drt_error_t *err)
+{
+    if (make_dir(dir, err) < 0 || check_path(dir, err) < 0 || lock_dir(dir, lock, err) < 0)
+        return -1;
+    if (*lock >= 0)
+        remove_temps(dir);
+    return 0;
+}
+
+/* the local level in DIR itself would only write every checkpoint twice
+ * (and find DIR locked: by this very run); a local directory not made yet
+ * is not DIR */
+static int same_dir(const char *dir, const char *local, drt_error_t *err)
+{
+    struct stat a, b;
+
+    if (stat(dir, &a) == 0 && stat(local, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+        return drt_fail(err, "checkpoint: the local directory %s is the checkpoint directory %s "
+                        "(give a node-local directory, or none)", local, dir);
+    return 0;
+}
+
 int drt_ckpt_open(const char *dir, const char *local_dir, int keep, drt_ckpt_t **out,
                   drt_error_t *err)
 {
@@ -414,13 +675,16 @@ int drt_ckpt_open(const char *dir, const char *local_dir, int keep, drt_ckpt_t *
                         dir ? "keep below 0" : "no directory");
     if (sodium_init() < 0)
         return drt_fail(err, "checkpoint: libsodium failed to initialize");
-    if (make_dir(dir, err) < 0 || (local_dir && make_dir(local_dir, err) < 0))
+    if (!(ck = calloc(1, sizeof(*ck))))
+        return drt_fail(err, "checkpoint: out of memory");
+    ck->lock = ck->local_lock = -1;
+    if (open_dir(dir, &ck->lock, err) < 0 ||
+        (local_dir && (same_dir(dir, local_dir, err) < 0 ||
+                       open_dir(local_dir, &ck->local_lock, err) < 0))) {
+        drt_ckpt_close(ck);
         return -1;
-    remove_temps(dir);
-    if (local_dir)
-        remove_temps(local_dir);
-    if (!(ck = calloc(1, sizeof(*ck))) || !(ck->dir = strdup(dir)) ||
-        (local_dir && !(ck->local = strdup(local_dir)))) {
+    }
+    if (!(ck->dir = strdup(dir)) || (local_dir && !(ck->local = strdup(local_dir)))) {
         drt_ckpt_close(ck);
         return drt_fail(err, "checkpoint: out of memory");
     }
@@ -462,11 +726,12 @@ static const char *check_image(const unsigned char *img, size_t len, char *why, 
     return memcmp(sum, img + off, CK_SUM) ? "checksum mismatch" : NULL;
 }
 
-/* read one candidate: 0 with the image, 1 skipped (why) */
-static int read_one(const char *path, unsigned char **img, size_t *len, char *why, size_t wlen)
+/* read one candidate: 0 with the image, 1 skipped (why), 2 another user's
+ * (*st says whose; not read) */
+static int read_one(const char *path, unsigned char **img, size_t *len, struct stat *st,
+                    char *why, size_t wlen)
 {
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
-    struct stat st;
     size_t got = 0;
     unsigned char head[8];
 
@@ -475,13 +740,17 @@ static int read_one(const char *path, unsigned char **img, size_t *len, char *wh
         snprintf(why, wlen, "%s", errno == ELOOP ? "a symbolic link" : strerror(errno));
         return 1;
     }
-    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > CK_FILE_MAX) {
-        snprintf(why, wlen, "%s", fstat(fd, &st) < 0 ? strerror(errno)
-                                  : !S_ISREG(st.st_mode) ? "not a regular file" : "too large");
+    if (fstat(fd, st) < 0 || !S_ISREG(st->st_mode) || (uint64_t)st->st_size > CK_FILE_MAX) {
+        snprintf(why, wlen, "%s", fstat(fd, st) < 0 ? strerror(errno)
+                                  : !S_ISREG(st->st_mode) ? "not a regular file" : "too large");
         close(fd);
         return 1;
     }
-    *len = (size_t)st.st_size;
+    if (trust_of(st, 1) != TRUSTED) {
+        close(fd);
+        return 2;
+    }
+    *len = (size_t)st->st_size;
     /* the magic first: a huge file that is no checkpoint is not read */
     if (*len >= 8 && (pread(fd, head, 8, 0) != 8 || memcmp(head, CK_MAGIC, 8))) {
         snprintf(why, wlen, "not a checkpoint (bad magic)");
@@ -506,16 +775,34 @@ static int read_one(const char *path, unsigned char **img, size_t *len, char *wh
     return 0;
 }
 
-/* 1: the image of path is now loaded; 0: skipped with a warning */
-static int try_load(drt_ckpt_t *ck, const char *path)
+/* why a whole image named for `step` is not that step's, or NULL: the
+ * name says which is newest, so it must be the header's */
+static const char *check_name(const unsigned char *img, uint64_t step, char *why, size_t wlen)
+{
+    uint64_t held = get_le(img + 12, 8);
+
+    if (held == step)
+        return NULL;
+    snprintf(why, wlen, "named for step %llu, it holds step %llu (renamed?)",
+             (unsigned long long)step, (unsigned long long)held);
+    return why;
+}
+
+/* 1: the image of path (named for step) is now loaded; 0: skipped with a
+ * warning; -1: refused, another user's file (err) */
+static int try_load(drt_ckpt_t *ck, const char *path, uint64_t step, drt_error_t *err)
 {
     unsigned char *img;
     size_t len = 0;
+    struct stat st;
     char buf[160];
     const char *why = buf;
-    int rc = read_one(path, &img, &len, buf, sizeof(buf));
+    int rc = read_one(path, &img, &len, &st, buf, sizeof(buf));
 
-    if (rc == 0 && !(why = check_image(img, len, buf, sizeof(buf)))) {
+    if (rc == 2)
+        return refuse(err, ck->dir, path, &st, trust_of(&st, 1));
+    if (rc == 0 && !(why = check_image(img, len, buf, sizeof(buf))) &&
+        !(why = check_name(img, step, buf, sizeof(buf)))) {
         free(ck->loaded);
         ck->loaded = img;
         return 1;
@@ -539,7 +826,7 @@ int drt_ckpt_load(drt_ckpt_t *ck, uint64_t *step, drt_error_t *err)
                                           "readable directory)", ck->dir, strerror(errno));
     for (size_t i = 0; i < n && rc == 0; i++) {
         file_name(path, ck->dir, steps[i]);
-        rc = try_load(ck, path);
+        rc = try_load(ck, path, steps[i], err);
     }
     free(steps);
     if (rc == 1)
@@ -575,6 +862,11 @@ void drt_ckpt_close(drt_ckpt_t *ck)
     join(ck);
     if (ck->rc < 0 && !ck->reported)
         fprintf(stderr, "%s\n", ck->err.text);
+    /* only now: the lock covers the write just joined */
+    if (ck->lock >= 0)
+        close(ck->lock);
+    if (ck->local_lock >= 0)
+        close(ck->local_lock);
     free(ck->image);
     free(ck->loaded);
     free(ck->dir);

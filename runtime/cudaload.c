@@ -34,8 +34,11 @@ const cuda_api_t *cudaload(drt_error_t *err)
 }
 #else
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* dlopen's message; it is NULL when the library was found but not loaded */
 static const char *dl_why(void)
@@ -43,6 +46,28 @@ static const char *dl_why(void)
     const char *why = dlerror();
 
     return why ? why : "not loaded";
+}
+
+/* Why the file a variable names cannot be a library, or NULL. dlopen of a
+ * FIFO (even with RTLD_NOLOAD, which opens a path to compare it with what
+ * is loaded) blocks in open() for good, past any DDPRT_TIMEOUT, so a path
+ * is looked at first, without blocking. A file that does not open is left
+ * to dlopen, whose message says why; a name without a slash is the
+ * loader's to search. */
+static const char *not_a_file(const char *path)
+{
+    struct stat st;
+    int fd, rc;
+
+    if (!strchr(path, '/') || (fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC)) < 0)
+        return NULL;
+    rc = fstat(fd, &st);
+    close(fd);
+    if (rc < 0 || S_ISREG(st.st_mode))
+        return NULL;
+    return S_ISFIFO(st.st_mode)  ? "a FIFO, not a regular file"
+           : S_ISDIR(st.st_mode) ? "a directory, not a regular file"
+                                 : "a device or socket, not a regular file";
 }
 
 /* The first of names already in the process, else the first that loads.
@@ -79,6 +104,9 @@ static int open_cudart(cuda_api_t *a, drt_error_t *err)
     int reused = 0;
 
     if (env && *env) {
+        if ((why = not_a_file(env)))
+            return fail(err, "ddprt: cannot load the CUDA runtime DDPRT_CUDART_LIBRARY=%s: %s "
+                        "(name an existing libcudart.so file, or unset it)", env, why);
         a->cudart_reused = dlopen(env, RTLD_NOW | RTLD_NOLOAD) != NULL;
         if (!(a->cudart = dlopen(env, RTLD_NOW | RTLD_LOCAL)))
             return fail(err, "ddprt: cannot load the CUDA runtime DDPRT_CUDART_LIBRARY=%s: %s "
@@ -99,6 +127,9 @@ static int open_nccl(cuda_api_t *a, drt_error_t *err)
     const char *env = getenv("DDPRT_NCCL_LIBRARY"), *why = "";
 
     if (env && *env) {
+        if ((why = not_a_file(env)))
+            return fail(err, "ddprt: cannot load NCCL DDPRT_NCCL_LIBRARY=%s: %s (name an "
+                        "existing libnccl.so.2 file, or unset it)", env, why);
         /* one file for both (a test's stand-in): it was just loaded as cudart */
         a->nccl_reused = !strcmp(env, a->cudart_file) ? a->cudart_reused
                                                       : dlopen(env, RTLD_NOW | RTLD_NOLOAD) != NULL;

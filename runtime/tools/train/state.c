@@ -12,12 +12,18 @@
 #include "train.h"
 
 #include <errno.h>
+#include <float.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define META_MAX 2048
+#define EPOCHS_MAX 1000000 /* options.c's --epochs limit: no run reaches a later epoch */
+#define BATCH_MAX (1 << 20) /* ... and --batch-size's */
+/* One sample's loss, -log softmax(z)[y] (model.c), is at most the float
+ * logits' widest gap plus log(classes): no sum of n exceeds n times this. */
+#define LOSS_MAX (2.0 * FLT_MAX + 16)
 
 /* the meta section, parsed */
 typedef struct {
@@ -76,6 +82,32 @@ static int meta_u64(const char *meta, const char *key, uint64_t *v)
     return *end || errno ? -1 : 0;
 }
 
+/* The fields against each other, as a run writes them (ddp-train.c's
+ * step and print_epoch, fold_loss): a step takes at least one sample of
+ * its epoch, so no more steps than samples seen (EPOCHS_MAX bounds them
+ * far below what the next run could not resume); this epoch's loss is
+ * summed over exactly the samples of it used, each sample's at most
+ * LOSS_MAX; momentum starts with the first step. Limits, epoch and
+ * samples small enough that the products cannot wrap. */
+static int meta_consistent(const meta_t *m, char *why, size_t len)
+{
+    if (m->step > m->epoch * m->samples + m->offset)
+        snprintf(why, len, "its state is inconsistent: step %" PRIu64 " is more steps than the %"
+                 PRIu64 " samples seen by epoch %" PRIu64 ", sample %" PRIu64, m->step,
+                 m->epoch * m->samples + m->offset, m->epoch, m->offset);
+    else if (m->loss_count != m->offset)
+        snprintf(why, len, "its state is inconsistent: the loss of %" PRIu64 " samples, but %" PRIu64
+                 " of the epoch were used", m->loss_count, m->offset);
+    else if (m->loss_sum < 0 || m->loss_sum > (double)m->loss_count * LOSS_MAX)
+        snprintf(why, len, "its state is inconsistent: a loss sum of %g over %" PRIu64 " samples",
+                 m->loss_sum, m->loss_count);
+    else if (m->started && !m->step)
+        snprintf(why, len, "its state is inconsistent: momentum started before step 1");
+    else
+        return 0;
+    return -1;
+}
+
 /* Every key present and in range: a checkpoint is input like any other
  * file (its checksum says it is whole, not that it makes sense). */
 static int meta_parse(const char *meta, meta_t *m, char *why, size_t len)
@@ -97,26 +129,31 @@ static int meta_parse(const char *meta, meta_t *m, char *why, size_t len)
         return -1;
     }
     m->loss_sum = strtod(sum, &end);
-    if (*end || !isfinite(m->loss_sum) || m->offset > m->samples || m->step >= (1ull << 62) ||
-        m->epoch >= (1ull << 32) || !m->world || !m->batch || m->started > 1 ||
-        m->loss_count >= (1ull << 62) || drt_algo_parse(m->algo_name, &m->algo) < 0) {
+    if (*end || !isfinite(m->loss_sum) || m->offset > m->samples || m->samples > DATA_MAX_SAMPLES ||
+        m->epoch > EPOCHS_MAX || !m->world || !m->batch || m->batch > BATCH_MAX || m->started > 1 ||
+        drt_algo_parse(m->algo_name, &m->algo) < 0) {
         snprintf(why, len, "its state is out of range (epoch %" PRIu64 ", sample %" PRIu64 " of %" PRIu64
                  ", step %" PRIu64 ", world %" PRIu64 ", algo '%s')", m->epoch, m->offset, m->samples,
                  m->step, m->world, m->algo_name);
         return -1;
     }
-    return 0;
+    return meta_consistent(m, why, len);
 }
 
-/* The checkpoint must be of this model, data and seed; the world size and
- * batch may change (the sampler continues at the same sample). Fills why
- * when it refuses. */
-static int meta_check(const train_t *t, const char *meta, char *why, size_t len)
+/* The checkpoint (of `step`, its header says) must be of this model, data
+ * and seed; the world size and batch may change (the sampler continues at
+ * the same sample). Fills why when it refuses. */
+static int meta_check(const train_t *t, const char *meta, uint64_t step, char *why, size_t len)
 {
     meta_t m;
 
     if (meta_parse(meta, &m, why, len) < 0)
         return -1;
+    if (m.step != step) {
+        snprintf(why, len, "its state is inconsistent: its meta says step %" PRIu64 ", its header "
+                 "step %" PRIu64, m.step, step);
+        return -1;
+    }
     if (strcmp(m.model, t->o.model) ||
         (!strcmp(m.model, "mlp") && (m.hidden != (uint64_t)t->o.hidden || m.layers != (uint64_t)t->o.layers))) {
         snprintf(why, len, "it is of model %s (hidden %" PRIu64 ", layers %" PRIu64 "), this run's is %s"
@@ -262,8 +299,53 @@ int preempted(train_t *t)
 
 /* ---- resuming ---- */
 
+/* the first value of n floats that is not finite, or -1: a run that
+ * wrote NaN or Inf would have stopped ("training diverged") instead */
+static long not_finite(const float *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(v[i]))
+            return (long)i;
+    return -1;
+}
+
+/* one parameter's weights and momentum from the loaded checkpoint */
+static int load_param(train_t *t, const param_t *p, uint64_t step, char *why, size_t len)
+{
+    char name[80];
+    const void *w, *mo;
+    const float *v = p->w;
+    const char *which = "weights";
+    size_t nw, nm;
+    long bad;
+
+    snprintf(name, sizeof(name), "w:%s", p->name);
+    w = drt_ckpt_section(t->ckpt, name, &nw);
+    name[0] = 'm';
+    mo = drt_ckpt_section(t->ckpt, name, &nm);
+    if (!w || !mo || nw != p->n * sizeof(float) || nm != nw) {
+        snprintf(why, len, "checkpoint step %" PRIu64 ": parameter %s is missing or of another size",
+                 step, p->name);
+        return -1;
+    }
+    memcpy(p->w, w, nw);
+    memcpy(p->m, mo, nm);
+    if ((bad = not_finite(v, p->n)) < 0) {
+        v = p->m;
+        which = "momentum";
+        bad = not_finite(v, p->n);
+    }
+    if (bad >= 0) {
+        snprintf(why, len, "checkpoint step %" PRIu64 ": parameter %s holds %g (%s %ld of %zu), which "
+                 "no run writes", step, p->name, v[bad], which, bad, p->n);
+        return -1;
+    }
+    return 0;
+}
+
 /* rank 0: load the newest valid checkpoint into the model and t->s; the
- * meta text goes to the other ranks. 1 found, 0 none, -1 refused (why). */
+ * meta text goes to the other ranks. 1 found, 0 none, -1 refused (why),
+ * -2 the directory could not be read (why, with its own hint). */
 static int load(train_t *t, char *meta, char *why, size_t len)
 {
     uint64_t step;
@@ -274,7 +356,7 @@ static int load(train_t *t, char *meta, char *why, size_t len)
 
     if (rc <= 0) {
         snprintf(why, len, "%s", rc < 0 ? e.text : "");
-        return rc;
+        return rc < 0 ? -2 : 0;
     }
     m = drt_ckpt_section(t->ckpt, "meta", &n);
     if (!m || !n || n > META_MAX || m[n - 1]) {
@@ -282,24 +364,11 @@ static int load(train_t *t, char *meta, char *why, size_t len)
         return -1;
     }
     memcpy(meta, m, n);
-    if (meta_check(t, meta, why, len) < 0)
+    if (meta_check(t, meta, step, why, len) < 0)
         return -1;
-    for (int i = 0; i < t->np; i++) {
-        char name[80];
-        const void *w, *mo;
-        size_t nw, nm;
-        snprintf(name, sizeof(name), "w:%s", t->p[i].name);
-        w = drt_ckpt_section(t->ckpt, name, &nw);
-        name[0] = 'm';
-        mo = drt_ckpt_section(t->ckpt, name, &nm);
-        if (!w || !mo || nw != t->p[i].n * sizeof(float) || nm != nw) {
-            snprintf(why, len, "checkpoint step %" PRIu64 ": parameter %s is missing or of another size",
-                     step, t->p[i].name);
+    for (int i = 0; i < t->np; i++)
+        if (load_param(t, &t->p[i], step, why, len) < 0)
             return -1;
-        }
-        memcpy(t->p[i].w, w, nw);
-        memcpy(t->p[i].m, mo, nm);
-    }
     return 1;
 }
 
@@ -346,7 +415,7 @@ static void default_algo(train_t *t)
 
 /* what rank 0 found, for everyone */
 typedef struct {
-    int32_t status; /* 1 found, 0 none, -1 refused */
+    int32_t status; /* 1 found, 0 none, -1 refused, -2 unreadable (load's) */
     char text[META_MAX];
 } found_t;
 
@@ -376,7 +445,9 @@ static void find(train_t *t, found_t *f)
         return;
     }
     f->status = load(t, f->text, why, sizeof(why));
-    if (f->status < 0)
+    if (f->status == -2)
+        snprintf(f->text, sizeof(f->text), "cannot resume from %s: %s", t->o.ckpt_dir, why);
+    else if (f->status < 0)
         snprintf(f->text, sizeof(f->text), "cannot resume from %s: %s (remove its checkpoints, or give "
                  "another --checkpoint-dir)", t->o.ckpt_dir, why);
 }
