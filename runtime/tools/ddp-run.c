@@ -33,6 +33,7 @@
 
 #define USAGE \
     "Usage: ddp-run -n N [--nodes M] [--master-addr ADDR] [--grace S] PROGRAM [ARGS...]\n" \
+    "       ddp-run --nproc-per-node P [--nnodes M] [--standalone] [--master-port PORT] ...\n" \
     "       ddp-run --help | --version\n" \
     "Run N ranks of PROGRAM here, as M emulated nodes (default 1; ranks are\n" \
     "spread block-wise), each with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,\n" \
@@ -46,8 +47,15 @@
     "DDPRT_PORT is set, ddp-run listens on a free port of --master-addr\n" \
     "(default 127.0.0.1) for libddprt's rendezvous and hands rank 0 the listening\n" \
     "socket (DDPRT_LISTEN_FD), so no other process can take it; unless\n" \
-    "MASTER_PORT is set, it picks another free port for torch's TCPStore. When\n" \
-    "rank 0 runs in another network namespace, set MASTER_PORT and DDPRT_PORT.\n"
+    "MASTER_PORT is set, it picks another free port for torch's TCPStore (a set one\n" \
+    "that is already in use draws a warning). When rank 0 runs in another network\n" \
+    "namespace, set MASTER_PORT and DDPRT_PORT.\n" \
+    "torchrun's spellings: --nproc-per-node (or _) P with --nnodes M is -n P*M\n" \
+    "--nodes M; --standalone is the default; --master-addr/--master_addr ADDR;\n" \
+    "--master-port PORT sets MASTER_PORT; its rendezvous and restart options are\n" \
+    "refused by name. A PROGRAM that cannot run is said once (a .py or .sh with the\n" \
+    "interpreter to put first); a launcher as PROGRAM (torchrun, python -m\n" \
+    "torch.distributed.run, deepspeed, accelerate launch) draws a warning.\n"
 
 static pid_t *pids;
 static int nranks;
@@ -275,28 +283,100 @@ typedef struct {
     int n, m;
     double grace;
     const char *addr;
+    int per_node, nnodes;   /* torchrun's --nproc-per-node and --nnodes, 0: not given */
 } args_t;
+
+/* torchrun's options that mean nothing here: ddp-run runs every rank on
+ * this machine, with no rendezvous backend and no restarts. */
+static int torchrun_only(const char *name)
+{
+    static const char *const names[] = {"rdzv-backend", "rdzv_backend", "rdzv-endpoint",
+                                        "rdzv_endpoint", "rdzv-id", "rdzv_id", "rdzv-conf",
+                                        "rdzv_conf", "node-rank", "node_rank", "max-restarts",
+                                        "max_restarts", "monitor-interval", "monitor_interval",
+                                        "start-method", "start_method", "role", "run-path",
+                                        "run_path", "log-dir", "log_dir", "redirects", "tee",
+                                        "local-addr", "local_addr"};
+
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (!strcmp(name, names[i]))
+            return 1;
+    return 0;
+}
+
+/* The option getopt_long refused, by its name as written */
+static int unknown_option(char **argv)
+{
+    const char *opt = argv[optind - 1], *name = opt + strspn(opt, "-");
+    char word[64];
+
+    snprintf(word, sizeof(word), "%.*s", (int)strcspn(name, "="), name);
+    if (torchrun_only(word))
+        fprintf(stderr, "ddp-run: torchrun's --%s has no meaning here: ddp-run starts every "
+                "rank on this machine itself (drop it; see ddp-run --help)\n", word);
+    else
+        fail("unknown option", "see ddp-run --help; torchrun's --nproc-per-node, --nnodes, "
+             "--standalone, --master-addr and --master-port are understood");
+    return -1;
+}
+
+/* torchrun's --nproc-per-node P --nnodes M: P x M ranks on M emulated nodes */
+static int torchrun_counts(args_t *a)
+{
+    int m = a->nnodes ? a->nnodes : a->m, n;
+
+    if (!a->per_node)
+        return a->nnodes && !a->n ? (fprintf(stderr, "ddp-run: --nnodes %d without "
+                                              "--nproc-per-node or -n (e.g. --nnodes %d "
+                                              "--nproc-per-node 4)\n", a->nnodes, a->nnodes), -1)
+                                  : (a->nnodes ? (a->m = a->nnodes, 0) : 0);
+    n = a->per_node * m;
+    if (a->n && a->n != n) {
+        fprintf(stderr, "ddp-run: -n %d but --nproc-per-node %d x %d node%s is %d ranks (give "
+                "one of them)\n", a->n, a->per_node, m, m == 1 ? "" : "s", n);
+        return -1;
+    }
+    a->n = n;
+    a->m = m;
+    return 0;
+}
 
 /* Returns 0 to run, 1 after --help/--version, -1 on a bad argument. */
 static int parse_args(int argc, char **argv, args_t *a)
 {
     static const struct option opts[] = {{"nodes", 1, 0, 'N'}, {"master-addr", 1, 0, 'a'},
-                                         {"grace", 1, 0, 'g'}, {"help", 0, 0, 'h'},
-                                         {"version", 0, 0, 'V'}, {0, 0, 0, 0}};
-    int c, rc = 0;
+                                         {"master_addr", 1, 0, 'a'}, {"master-port", 1, 0, 'p'},
+                                         {"master_port", 1, 0, 'p'},
+                                         {"nproc-per-node", 1, 0, 'P'},
+                                         {"nproc_per_node", 1, 0, 'P'}, {"nnodes", 1, 0, 'M'},
+                                         {"standalone", 0, 0, 'S'}, {"grace", 1, 0, 'g'},
+                                         {"help", 0, 0, 'h'}, {"version", 0, 0, 'V'},
+                                         {0, 0, 0, 0}};
+    int c, rc = 0, port;
 
-    *a = (args_t){0, 1, 5, "127.0.0.1"};
+    *a = (args_t){0, 1, 5, "127.0.0.1", 0, 0};
+    opterr = 0; /* unknown_option says it, naming torchrun's where it is one */
     while (rc == 0 && (c = getopt_long(argc, argv, "+n:N:h", opts, NULL)) != -1) {
         switch (c) {
         case 'n': rc = parse_int("-n", optarg, 1, MAX_RANKS, &a->n); break;
         case 'N': rc = parse_int("--nodes", optarg, 1, MAX_RANKS, &a->m); break;
+        case 'P': rc = parse_int("--nproc-per-node", optarg, 1, MAX_RANKS, &a->per_node); break;
+        case 'M': rc = parse_int("--nnodes (a count here, no MIN:MAX range)", optarg, 1,
+                                 MAX_RANKS, &a->nnodes); break;
         case 'a': a->addr = optarg; break;
+        case 'p':
+            if ((rc = parse_int("--master-port", optarg, 1, 65535, &port)) == 0)
+                setenv(DRT_ENV_MASTER_PORT, optarg, 1);
+            break;
+        case 'S': break; /* ddp-run is always standalone */
         case 'g': rc = parse_seconds("--grace", optarg, &a->grace); break;
         case 'h': fputs(USAGE, stdout); return 1;
         case 'V': puts("ddp-run (ddp-topo) " PACKAGE_VERSION); return 1;
-        default: fail("unknown option", "see ddp-run --help"); return -1;
+        default: return unknown_option(argv);
         }
     }
+    if (rc == 0)
+        rc = torchrun_counts(a);
     if (rc == 0 && (a->n < 1 || a->m > a->n || optind >= argc)) {
         fprintf(stderr, "ddp-run: %s (e.g. ddp-run -n 4 --nodes 2 ddp-allreduce-bench)\n",
                 optind >= argc ? "no program given" : a->n < 1 ? "-n N is required"
@@ -304,6 +384,78 @@ static int parse_args(int argc, char **argv, args_t *a)
         return -1;
     }
     return rc;
+}
+
+/* Whether execvp would find and run `prog`: said once here instead of by
+ * every rank. A script is often meant for an interpreter. */
+static int check_program(const char *prog, int n)
+{
+    const char *dot = strrchr(prog, '.'), *path = getenv("PATH");
+    char full[4096];
+    int found = 0, why = ENOENT;
+
+    if (strchr(prog, '/')) {
+        found = access(prog, X_OK) == 0;
+        why = errno;
+    } else {
+        for (const char *p = path ? path : "/usr/bin:/bin"; !found && *p;) {
+            size_t len = strcspn(p, ":");
+            snprintf(full, sizeof(full), "%.*s/%s", (int)(len ? len : 1), len ? p : ".", prog);
+            found = access(full, X_OK) == 0;
+            if (!found && errno != ENOENT)
+                why = errno;
+            p += len + (p[len] == ':');
+        }
+    }
+    if (found)
+        return 0;
+    if (dot && (!strcmp(dot, ".py") || !strcmp(dot, ".sh")))
+        fprintf(stderr, "ddp-run: cannot run '%s': %s (start a script through its interpreter: "
+                "ddp-run -n %d %s %s)\n", prog, strerror(why), n,
+                !strcmp(dot, ".py") ? "python3" : "bash", prog);
+    else
+        fprintf(stderr, "ddp-run: cannot run '%s': %s (check the program path%s)\n", prog,
+                strerror(why), strchr(prog, '/') ? "" : ", or give it as ./PROGRAM");
+    return -1;
+}
+
+/* A launcher as the program forks workers of its own in every rank: said
+ * once, as the plugin says it under srun. */
+static void warn_launcher(int argc, char **argv, int n)
+{
+    const char *name = contract_launcher_name(argc, argv);
+
+    if (name)
+        fprintf(stderr, "ddp-run: warning: %s is a launcher: each of the %d rank%s starts "
+                "workers of its own (ranks x workers processes sharing one rank's variables "
+                "and ports); run the training script itself, e.g. ddp-run -n %d python3 "
+                "train.py\n", name, n, n == 1 ? "" : "s", n);
+}
+
+/* A MASTER_PORT of the user's that another process already listens on:
+ * rank 0's TCPStore fails, or its ranks join the other job's store. */
+static void warn_master_port(const char *host)
+{
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai;
+    const char *port = getenv(DRT_ENV_MASTER_PORT);
+    int one = 1, fd, busy;
+
+    if (getaddrinfo(host, port, &hints, &ai) != 0)
+        return;
+    if ((fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0) {
+        freeaddrinfo(ai);
+        return;
+    }
+    /* as TCPStore binds: a port in TIME_WAIT is usable, a listener is not */
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    busy = bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 && errno == EADDRINUSE;
+    close(fd);
+    freeaddrinfo(ai);
+    if (busy)
+        fprintf(stderr, "ddp-run: warning: MASTER_PORT=%s (from the environment) is already in "
+                "use on %s: another job's store? torch's TCPStore in rank 0 will fail, or the "
+                "ranks join that job (unset MASTER_PORT and ddp-run picks a free port)\n", port,
+                host);
 }
 
 /* DDPRT_PORT, unless the user set one: a port this process listens on for
@@ -323,8 +475,10 @@ static int pick_ports(const char *host, int *listen_fd)
             return -1;
         setenv_num(DRT_ENV_PORT, port);
     }
-    if (getenv(DRT_ENV_MASTER_PORT))
+    if (getenv(DRT_ENV_MASTER_PORT)) {
+        warn_master_port(host);
         return 0;
+    }
     /* while the runtime's socket is bound, the kernel cannot pick its port */
     if ((probe = bind_free_port(host, 0, &port)) < 0)
         return -1;
@@ -354,6 +508,9 @@ int main(int argc, char **argv)
 
     if (rc != 0)
         return rc < 0 ? 2 : 0;
+    if (check_program(argv[optind], a.n) < 0)
+        return 127; /* as the shell, and as each rank would have */
+    warn_launcher(argc - optind, argv + optind, a.n);
     if (pick_ports(a.addr, &listen_fd) < 0)
         return port_error(a.addr);
     /* torchrun --standalone's run id is a fresh uuid: ours is this process */
