@@ -2,17 +2,32 @@
 /* Preemption: a flag set by SIGUSR1 or SIGTERM. The handler does nothing
  * else (only async-signal-safe work is allowed there); the ranks agree on
  * it in drt_buckets_finish, which carries every rank's flag in its step
- * exchange, so all of them stop after the same step. */
+ * exchange, so all of them stop after the same step. A second SIGTERM is
+ * the exception: it ends the process as SIGTERM's default action does, the
+ * way out (for `timeout`, for an operator's second kill) when a rank
+ * cannot get to the end of its step: blocked in a collective whose peer is
+ * stopped, in a write nobody reads. */
 #include "internal.h"
 
 #include <errno.h>
 #include <signal.h>
 #include <string.h>
 
-static volatile sig_atomic_t seen;
+static volatile sig_atomic_t seen, terms;
 
 static void on_signal(int sig)
 {
+    if (sig == SIGTERM && terms++) {
+        struct sigaction dfl;
+
+        memset(&dfl, 0, sizeof(dfl));
+        dfl.sa_handler = SIG_DFL;
+        sigaction(SIGTERM, &dfl, NULL);
+        /* SIGTERM is blocked while its handler runs: this one is
+         * delivered, with the default action, when the handler returns */
+        raise(SIGTERM);
+        return;
+    }
     seen = sig;
 }
 

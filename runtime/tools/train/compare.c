@@ -3,12 +3,11 @@
  * The equivalence tests compare N ranks against one process step by step;
  * a dump is a record per step: u64 step, u64 n, n float32. */
 #include "tools.h"
+#include "files.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 int train_dump(FILE *f, uint64_t step, model_t *m)
 {
@@ -34,24 +33,19 @@ typedef struct {
     float *v; /* the record's n weights */
 } dump_t;
 
+/* no size limit: a dump is read a record at a time */
 static int dump_open(dump_t *d, const char *name)
 {
-    struct stat st;
+    char err[200];
 
     memset(d, 0, sizeof(*d));
     d->name = name;
-    d->f = fopen(name, "rb");
-    if (!d->f || fstat(fileno(d->f), &st) < 0) {
+    d->f = train_input_open(name, UINT64_MAX, &d->size, err, sizeof(err));
+    if (!d->f) {
         fprintf(stderr, "ddp-train: compare: %s: %s (give a file that --dump-weights wrote)\n",
-                name, strerror(errno));
+                name, err);
         return -1;
     }
-    if (!S_ISREG(st.st_mode)) {
-        fprintf(stderr, "ddp-train: compare: %s: not a regular file (give a file that --dump-weights "
-                "wrote)\n", name);
-        return -1;
-    }
-    d->size = (uint64_t)st.st_size;
     return 0;
 }
 

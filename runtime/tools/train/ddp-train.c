@@ -103,11 +103,13 @@ static void print_epoch(train_t *t)
 }
 
 /* After a step: telemetry, the weights' dump, a checkpoint when due.
- * Returns 1 when the ranks agreed to stop (preemption). */
+ * Returns 1 when the ranks agreed to stop (preemption). The dump is
+ * flushed every step, as --metrics is: a rank a second SIGTERM ends leaves
+ * every finished step's record. */
 static int after_step(train_t *t, const drt_step_stats_t *st)
 {
     telemetry_step(t, st);
-    if (t->dump && train_dump(t->dump, t->s.step, t->model) < 0) {
+    if (t->dump && (train_dump(t->dump, t->s.step, t->model) < 0 || fflush(t->dump) != 0)) {
         fprintf(stderr, "ddp-train: --dump-weights %s: cannot write: %s (free space there, or give "
                 "another file)\n", t->o.dump, strerror(errno));
         exit(1);
@@ -127,6 +129,7 @@ static int run(train_t *t)
     uint64_t G = (uint64_t)world * (uint64_t)t->o.batch;
     drt_step_stats_t st;
 
+    watch_preemption();
     for (; t->s.epoch < (uint64_t)t->o.epochs; t->s.epoch++, t->s.offset = 0) {
         data_permutation(t->perm, t->o.samples, t->o.seed, t->s.epoch);
         while (t->s.offset + G <= t->o.samples) {

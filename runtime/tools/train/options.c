@@ -47,17 +47,19 @@ static const char usage[] =
     "  --fresh                 start over (refused if DIR has a valid checkpoint)\n"
     "  --sync-checkpoint       write in the step (to compare with the background write)\n"
     "  On SIGUSR1 or SIGTERM every rank stops after the same step, rank 0 saves, and all\n"
-    "  exit 75; the same command then resumes.\n"
+    "  exit 75; the same command then resumes. SIGTERM before the first step, or a\n"
+    "  second one, ends the process (status 143).\n"
     "telemetry\n"
     "  --log-every N           a telemetry line every N steps (default 10; 0: none)\n"
     "  --metrics FILE          every step as a JSON line (rank 0)\n"
     "  --straggler-ms X        name the slowest rank when it lags by X ms or more (default 10)\n"
     "  --slow-rank R --slow-ms MS  make rank R slower by MS per step (a straggler, for tests)\n"
     "  --dump-weights FILE     rank 0 appends all weights after every step (for --compare)\n"
+    "  Files written must be new or regular files, never a symbolic link, FIFO or device.\n"
     "\n"
     "Rank 0 prints \"Epoch N, Loss: X\" (the mean over all ranks' samples) and at the end\n"
     "\"final weights checksum: H\". Exit: 0 done, 75 preempted (checkpoint saved),\n"
-    "1 error, 2 bad usage.\n";
+    "1 error, 2 bad usage, 143 ended by SIGTERM.\n";
 
 enum {
     O_MODEL = 256, O_HIDDEN, O_LAYERS, O_SAMPLES, O_SEED, O_EPOCHS, O_BATCH, O_LR, O_NOSCALE,

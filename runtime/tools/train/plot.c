@@ -4,6 +4,7 @@
  * scanner does: it looks for the six keys and their numbers, nothing else. */
 #define _POSIX_C_SOURCE 200809L /* getline, mkstemp, popen */
 #include "tools.h"
+#include "files.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -17,6 +18,10 @@
 static const char *const keys[] = {"step", "loss", "step_ms", "compute_ms", "comm_ms",
                                    "exposed_ms"};
 #define NKEYS (sizeof(keys) / sizeof(keys[0]))
+
+/* a --metrics line is about 330 bytes: 1 GiB is some 3 million steps, and
+ * a line getline reads is bounded by it */
+#define PLOT_INPUT_MAX (1ull << 30)
 
 /* The number after "key": in line; false when the key is missing or its
  * value is not a finite number. */
@@ -45,13 +50,14 @@ static bool json_number(const char *line, const char *key, double *v)
 static int convert(const char *jsonl, FILE *dat, size_t *lines, size_t *kept, char *err,
                    size_t errlen)
 {
-    FILE *in = fopen(jsonl, "r");
+    char why[200];
+    FILE *in = train_input_open(jsonl, PLOT_INPUT_MAX, NULL, why, sizeof(why));
     char *line = NULL;
     size_t cap = 0;
 
     if (!in) {
         snprintf(err, errlen, "cannot read %s: %s (give the file that --metrics wrote)", jsonl,
-                 strerror(errno));
+                 why);
         return -1;
     }
     *lines = *kept = 0;
@@ -168,22 +174,16 @@ static int make_dat(char *path, size_t len, FILE **dat, char *err, size_t errlen
 }
 
 /* Whether svg can be written, before gnuplot tries (its messages are less
- * clear). */
+ * clear). A device, a FIFO, a symbolic link are refused: gnuplot would
+ * hang on a FIFO, write through a link, and a failure would remove the
+ * file (run as root, -o /dev/null would delete /dev/null). */
 static int writable(const char *svg, char *err, size_t errlen)
 {
-    struct stat st;
-    FILE *f;
+    char why[200];
+    FILE *f = train_output_open(svg, 0, why, sizeof(why));
 
-    /* a device, a FIFO: gnuplot would hang on it, and a failure would
-     * remove it (run as root, -o /dev/null would delete /dev/null) */
-    if (lstat(svg, &st) == 0 && !S_ISREG(st.st_mode)) {
-        snprintf(err, errlen, "-o %s: not a regular file (give a new or an existing .svg file)", svg);
-        return -1;
-    }
-    f = fopen(svg, "w");
     if (!f) {
-        snprintf(err, errlen, "cannot write %s: %s (give -o a writable path)", svg,
-                 strerror(errno));
+        snprintf(err, errlen, "-o %s: %s", svg, why);
         return -1;
     }
     fclose(f);

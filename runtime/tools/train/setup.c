@@ -4,6 +4,7 @@
 #include "train.h"
 
 #include <inttypes.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -84,6 +85,26 @@ static void check_world(const train_t *t)
     }
 }
 
+void watch_preemption(void)
+{
+    drt_error_t e;
+
+    if (drt_preempt_watch(&e) < 0)
+        die("preemption", e.text);
+}
+
+/* Preemption before the loop: SIGUSR1 is caught from here on (SLURM's
+ * --signal=USR1@T may come while the ranks resume: they stop after their
+ * first step, saved), SIGTERM not yet: until the first step there is
+ * nothing new to save, and a rank blocked on the way (stdout a pipe nobody
+ * reads, rank 0 slow to load a checkpoint) must end on the first SIGTERM,
+ * from `timeout`, kill or scancel. The loop's watch_preemption catches it. */
+static void watch_usr1(void)
+{
+    watch_preemption();
+    signal(SIGTERM, SIG_DFL);
+}
+
 void setup(train_t *t)
 {
     drt_error_t e;
@@ -93,8 +114,7 @@ void setup(train_t *t)
     check_world(t);
     make_model(t);
     make_buckets(t);
-    if (drt_preempt_watch(&e) < 0)
-        die("preemption", e.text);
+    watch_usr1();
     t->lr = t->o.lr * (t->o.lr_scale ? drt_size(t->c) : 1);
     resume(t); /* sets the algorithm: the checkpoint's unless --algo */
     drt_set_algo(t->c, t->algo);

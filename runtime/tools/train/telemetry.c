@@ -4,6 +4,7 @@
  * last to its buckets in most of the steps, when it lagged by at least
  * --straggler-ms. --metrics writes every step as a JSON line. */
 #include "train.h"
+#include "files.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -12,12 +13,13 @@
 
 static FILE *open_file(const char *opt, const char *name, int append)
 {
+    char err[300];
     FILE *f;
 
     if (!name)
         return NULL;
-    if (!(f = fopen(name, append ? "a" : "w"))) {
-        fprintf(stderr, "ddp-train: %s %s: %s (give a file you can write)\n", opt, name, strerror(errno));
+    if (!(f = train_output_open(name, append, err, sizeof(err)))) {
+        fprintf(stderr, "ddp-train: %s %s: %s\n", opt, name, err);
         exit(1);
     }
     return f;

@@ -2,7 +2,8 @@
 /* ddp-train's parts: options.c (the command line), setup.c (the world,
  * the model, the buckets; the end), state.c (checkpoints, resume,
  * preemption), telemetry.c (the step line and --metrics). The model and
- * the data are model.c and data.c; --plot and --compare are tools.h's. */
+ * the data are model.c and data.c; --plot and --compare are tools.h's;
+ * files.h opens every file they write or read. */
 #ifndef DDP_TRAIN_H
 #define DDP_TRAIN_H
 
@@ -89,8 +90,11 @@ double train_clock(void);
  * --plot/--compare, which it runs) */
 int options_parse(opts_t *o, int argc, char **argv);
 
-/* setup.c */
+/* setup.c. From setup on SIGUSR1 preempts, and from watch_preemption (the
+ * training loop) on SIGTERM too: the first stops every rank after the same
+ * step, a second ends the process (libddprt's rule). */
 void setup(train_t *t);
+void watch_preemption(void);
 int finish(train_t *t, int rc);
 
 /* state.c */
