@@ -38,6 +38,7 @@ typedef struct {
     char admin[900];            /* the admin's part of a failure, "" when the user's */
     char path[512];             /* the topology file, "" for live */
     char node_name[256];
+    dt_code_t fail_code;        /* the plan's, when planning failed */
     /* this task's (slurmstepd forks one process per task) */
     const dt_rank_plan_t *task_rank;
     bool task_slurm_bound;
@@ -61,6 +62,11 @@ static void admin_fix(const char *fmt, ...)
 const char *ddp_bind_admin_fix(void)
 {
     return state.admin[0] ? state.admin : NULL;
+}
+
+bool ddp_bind_needs_share(void)
+{
+    return state.fail_code == DT_E_NEEDS_SHARE;
 }
 
 /* The topology describes another machine than this node. */
@@ -331,10 +337,14 @@ int ddp_bind_user_init(spank_t sp, const ddp_bind_request_t *req, char *err, siz
     if ((rc = allocated_cpus(sp, cpus, err, errlen)) < 0)
         goto fail;
     preq.cpus = rc == 0 ? cpus : NULL;
-    if ((rc = dt_plan_node(&state.node, &preq, &state.plan, &derr)) < 0) {
+    if (dt_plan_node(&state.node, &preq, &state.plan, &derr) < 0) {
+        /* SLURM allocated what the file lacks: here it is the file's fault */
+        bool foreign = derr.code == DT_E_GPU_MISSING || derr.code == DT_E_CORES_MISSING;
         snprintf(err, errlen, "binding plan: %s%s", derr.text,
-                 rc == DT_PLAN_NEEDS_SHARE ? " (--ddp-topo=auto,share)" : "");
-        if (strstr(derr.text, "this node's?"))
+                 derr.code == DT_E_NEEDS_SHARE ? " (--ddp-topo=auto,share)"
+                 : foreign ? " (is the topology file this node's?)" : "");
+        state.fail_code = derr.code;
+        if (foreign)
             wrong_topology();
         goto fail;
     }

@@ -105,6 +105,8 @@ int ddp_bind_task_init(spank_t sp, int local, char *err, size_t errlen);
 void ddp_bind_describe(int local, char *buf, size_t len);
 /* the admin's part of the last ddp_bind_user_init failure, NULL: the user's */
 const char *ddp_bind_admin_fix(void);
+/* the last ddp_bind_user_init failure was more ranks than GPUs */
+bool ddp_bind_needs_share(void);
 unsigned ddp_bind_warnings(const char ***warnings);
 /* the node's GPU numbering and why (verbose), NULL without SLURM's GPUs */
 const char *ddp_bind_gpu_note(char *buf, size_t len);

@@ -310,7 +310,7 @@ static void bind_failed(const char *err)
 
     if (admin)
         step_fail("binding on %s: %s (admin: %s; you: %s)", step.node_name, err, admin, env);
-    else if (strstr(err, " ranks but "))
+    else if (ddp_bind_needs_share())
         step_fail("binding on %s: %s", step.node_name, err);
     else
         step_fail("binding on %s: %s (%s)", step.node_name, err, env);

@@ -24,8 +24,23 @@
 extern "C" {
 #endif
 
+/* What kind of failure an error is, for callers to branch on (the text is
+ * for people). */
+typedef enum {
+    DT_OK = 0,
+    DT_E_INPUT,         /* a value or a file's content is invalid */
+    DT_E_FILE,          /* a file cannot be read: missing, unreadable, not regular, too big */
+    DT_E_FORMAT,        /* a file is no topology this library reads */
+    DT_E_GPU_MISSING,   /* an allocated GPU is not in the topology */
+    DT_E_CORES_MISSING, /* no allocated core is in the topology */
+    DT_E_NEEDS_SHARE,   /* more ranks than GPUs, and sharing not allowed */
+    DT_E_CPUS,          /* the tasks need more CPUs than the node has */
+    DT_E_NOMEM
+} dt_code_t;
+
 typedef struct {
     char text[1024];
+    dt_code_t code;     /* DT_E_INPUT unless a function says otherwise */
 } dt_error_t;
 
 /* SLURM refuses a bracket range of more than 64K hosts; so do we. */

@@ -12,6 +12,19 @@ void topo_seterr(dt_error_t *err, const char *fmt, ...)
 
     if (!err)
         return;
+    err->code = DT_E_INPUT;
+    va_start(ap, fmt);
+    vsnprintf(err->text, sizeof(err->text), fmt, ap);
+    va_end(ap);
+}
+
+void topo_seterr_code(dt_error_t *err, dt_code_t code, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (!err)
+        return;
+    err->code = code;
     va_start(ap, fmt);
     vsnprintf(err->text, sizeof(err->text), fmt, ap);
     va_end(ap);

@@ -37,17 +37,17 @@ static int check_regular(int fd, const char *path, size_t max, size_t *size, dt_
     struct stat st;
 
     if (fstat(fd, &st) < 0) {
-        topo_seterr(err, "'%.300s': %s", path, strerror(errno));
+        topo_seterr_code(err, DT_E_FILE, "'%.300s': %s", path, strerror(errno));
         return -1;
     }
     if (!S_ISREG(st.st_mode)) {
-        topo_seterr(err, "'%.300s' is not a regular file (a %s)", path,
+        topo_seterr_code(err, DT_E_FILE, "'%.300s' is not a regular file (a %s)", path,
                     S_ISFIFO(st.st_mode) ? "FIFO" : S_ISDIR(st.st_mode) ? "directory"
                     : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "device" : "socket");
         return -1;
     }
     if ((unsigned long long)st.st_size > max) {
-        topo_seterr(err, "'%.300s' is %lld bytes, over the limit of %zu bytes", path,
+        topo_seterr_code(err, DT_E_FILE, "'%.300s' is %lld bytes, over the limit of %zu bytes", path,
                     (long long)st.st_size, max);
         return -1;
     }
@@ -64,7 +64,7 @@ int dt_read_file(const char *path, size_t max, char **data, size_t *len, dt_erro
     *data = NULL;
     *len = 0;
     if (fd < 0) {
-        topo_seterr(err, "'%.300s': %s", path, strerror(errno));
+        topo_seterr_code(err, DT_E_FILE, "'%.300s': %s", path, strerror(errno));
         return -1;
     }
     if (check_regular(fd, path, max, &size, err) < 0) {
@@ -75,10 +75,10 @@ int dt_read_file(const char *path, size_t max, char **data, size_t *len, dt_erro
      * refused, never cut short */
     if (!(buf = malloc(size + 2)) || read_all(fd, buf, size + 1, len) < 0 || *len > size) {
         if (buf && *len > size)
-            topo_seterr(err, "'%.300s' grew while it was read (write it elsewhere, then "
+            topo_seterr_code(err, DT_E_FILE, "'%.300s' grew while it was read (write it elsewhere, then "
                         "rename it into place)", path);
         else
-            topo_seterr(err, "'%.300s': %s", path, buf ? strerror(errno) : "out of memory");
+            topo_seterr_code(err, DT_E_FILE, "'%.300s': %s", path, buf ? strerror(errno) : "out of memory");
         free(buf);
         close(fd);
         return -1;

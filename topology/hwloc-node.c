@@ -497,7 +497,8 @@ static int open_topology(hwloc_topology_t *topo, const xml_src_t *xml, dt_error_
     if ((xml && hwloc_topology_set_xmlbuffer(*topo, xml->buf, (int)xml->len + 1) < 0) ||
         hwloc_topology_load(*topo) < 0) {
         if (xml)
-            topo_seterr(err, "topology file '%.300s': not a valid hwloc XML export "
+            topo_seterr_code(err, DT_E_FORMAT, "topology file '%.300s': not a valid hwloc XML "
+                             "export "
                         "(malformed or truncated?)", xml->path);
         else
             topo_seterr(err, "hwloc: discovery of this machine failed: %s", strerror(errno));

@@ -8,6 +8,8 @@
 
 void topo_seterr(dt_error_t *err, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+void topo_seterr_code(dt_error_t *err, dt_code_t code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /* nccl-node.c: parse XML from memory (no network, silent; hwloc-node.c too) */
 struct _xmlDoc *topo_xml_read(const char *buf, size_t len);
 /* Append a formatted string to a malloc'd vector (warnings). */

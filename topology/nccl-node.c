@@ -442,7 +442,8 @@ int topo_load_nccl_xml(dt_node_t *node, const char *path, const char *buf, size_
         const xmlError *e = xmlGetLastError();
         const char *msg = e && e->message ? e->message : "parse error";
         int n = (int)strcspn(msg, "\n"); /* libxml2 ends its messages with one */
-        topo_seterr(err, "topology file '%.300s': not well-formed XML (line %d: %.*s)", path,
+        topo_seterr_code(err, DT_E_FORMAT, "topology file '%.300s': not well-formed XML (line "
+                         "%d: %.*s)", path,
                     e ? e->line : 0, n > 120 ? 120 : n, msg);
         return -1;
     }

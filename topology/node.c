@@ -123,8 +123,8 @@ static int load_buffer(dt_node_t *node, const char *path, char *buf, size_t len,
     if (scan_prolog(buf, &p) == 0 && p.subset)
         return check_doctype(path, &p, 0, err);
     if (!p.root || (!is_root(p.root, "topology") && !is_root(p.root, "system"))) {
-        topo_seterr(err, "topology file '%.300s': neither hwloc XML (<topology>) nor NCCL XML "
-                    "(<system>) (pass an hwloc or NCCL topology XML file)", path);
+        topo_seterr_code(err, DT_E_FORMAT, "topology file '%.300s': neither hwloc XML "
+                         "(<topology>) nor NCCL XML (<system>)", path);
         return -1;
     }
     nccl = is_root(p.root, "system");
@@ -148,11 +148,14 @@ int dt_node_load_file(dt_node_t *node, const char *path, dt_error_t *err)
     }
     if (dt_read_file(path, DT_INPUT_MAX, &buf, &len, err) < 0) {
         snprintf(why, sizeof(why), "%s", err ? err->text : "");
-        topo_seterr(err, "topology file %s", why);
+        topo_seterr_code(err, DT_E_FILE, "topology file %s", why);
         return -1;
     }
     rc = load_buffer(node, path, buf, len, err);
     free(buf);
+    /* whatever is wrong inside a topology file is the file's */
+    if (rc < 0 && err && err->code == DT_E_INPUT)
+        err->code = DT_E_FORMAT;
     return rc;
 }
 

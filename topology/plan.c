@@ -87,9 +87,10 @@ static int candidate_gpus(const dt_node_t *node, const dt_plan_request_t *req, i
             if (node->gpus[i].nvidia && node->gpus[i].index == req->gpus[k])
                 break;
         if (i == node->ngpus) {
-            topo_seterr(err, "GPU %d was allocated but the topology has %u NVIDIA GPU%s "
-                        "(is the topology file this node's?)", req->gpus[k],
-                        dt_node_nvidia_gpus(node), dt_node_nvidia_gpus(node) == 1 ? "" : "s");
+            /* the fact only: the plugin blames the file, the dry run the request */
+            topo_seterr_code(err, DT_E_GPU_MISSING, "GPU %d was allocated but the topology "
+                             "has %u NVIDIA GPU%s", req->gpus[k], dt_node_nvidia_gpus(node),
+                             dt_node_nvidia_gpus(node) == 1 ? "" : "s");
             return -1;
         }
         out[(*n)++] = (int)i;
@@ -174,8 +175,8 @@ static int plan_gpus(const dt_node_t *node, const dt_plan_request_t *req, dt_nod
     }
     if (plan->nranks > n && !req->share_gpus) {
         /* the fact only: each caller adds the flag its users write */
-        topo_seterr(err, "%u ranks but %u GPU%s on this node: one rank per GPU, or allow "
-                    "sharing", plan->nranks, n, n == 1 ? "" : "s");
+        topo_seterr_code(err, DT_E_NEEDS_SHARE, "%u ranks but %u GPU%s on this node: one "
+                         "rank per GPU, or allow sharing", plan->nranks, n, n == 1 ? "" : "s");
         free(g);
         return DT_PLAN_NEEDS_SHARE;
     }
@@ -465,6 +466,7 @@ static dt_path_t nic_path(const dt_node_t *node, const dt_rank_plan_t *rp, const
 static void plan_nics(const dt_node_t *node, dt_node_plan_t *plan)
 {
     unsigned *used = calloc(node->nnics + 1, sizeof(unsigned));
+    char *warned = calloc(node->ngpus + 1, 1); /* ranks sharing a GPU share its warning */
     int any_rdma = 0, any_up = 0;
 
     for (unsigned i = 0; i < node->nnics; i++) {
@@ -475,7 +477,7 @@ static void plan_nics(const dt_node_t *node, dt_node_plan_t *plan)
     }
     for (unsigned i = 0; i < node->nnics; i++)
         any_up |= rdma(&node->nics[i]) == any_rdma && node->nics[i].state != DT_PORT_DOWN;
-    for (unsigned r = 0; used && r < plan->nranks; r++) {
+    for (unsigned r = 0; used && warned && r < plan->nranks; r++) {
         dt_rank_plan_t *rp = &plan->ranks[r];
         int best = -1;
         rp->nic = -1;
@@ -493,11 +495,12 @@ static void plan_nics(const dt_node_t *node, dt_node_plan_t *plan)
             rp->nic = best;
             used[best]++;
         }
-        if (best >= 0 && rp->nic_path == DT_PATH_SYSTEM && rp->gpu >= 0)
+        if (best >= 0 && rp->nic_path == DT_PATH_SYSTEM && rp->gpu >= 0 && !warned[rp->gpu]++)
             warn(plan, "GPU %d: no NIC nearer than the other socket (uses %s)",
                  node->gpus[rp->gpu].index, node->nics[best].name[0] ? node->nics[best].name
                  : node->nics[best].busid);
     }
+    free(warned);
     free(used);
 }
 
@@ -522,8 +525,8 @@ int dt_plan_node(const dt_node_t *node, const dt_plan_request_t *req, dt_node_pl
     }
     rc = plan_cpus(node, req, plan);
     if (rc < 0) {
-        topo_seterr(err, rc == -2 ? "no allocated core is in the topology (is the topology "
-                    "file this node's?)" : "plan: out of memory");
+        topo_seterr_code(err, rc == -2 ? DT_E_CORES_MISSING : DT_E_NOMEM, "%s",
+                         rc == -2 ? "no allocated core is in the topology" : "plan: out of memory");
         dt_node_plan_free(plan);
         return -1;
     }

@@ -157,9 +157,8 @@ static int allocated_cpus(const dt_node_t *node, unsigned ntasks, unsigned cpt,
                 sock[c] = p;
     }
     if (need > have) {
-        topo_seterr(err, "--cpus-per-task=%u x %u tasks = %ld CPUs, but the node has %ld CPUs "
-                    "(%u cores) (fewer tasks per node, or a smaller --cpus-per-task)", cpt, ntasks,
-                    need, have, node->ncores);
+        topo_seterr_code(err, DT_E_CPUS, "--cpus-per-task=%u x %u tasks = %ld CPUs, but the "
+                         "node has %ld CPUs (%u cores)", cpt, ntasks, need, have, node->ncores);
         goto out;
     }
     slurm_cores(node, sock, need, cpt, taken, out);
@@ -242,7 +241,7 @@ static int new_kind(dt_report_t *r, const char *path, unsigned ntasks, dt_error_
     if (plan_kind(r, k, err) < 0) {
         char msg[sizeof(err->text)];
         snprintf(msg, sizeof(msg), "%s", err->text);
-        topo_seterr(err, "plan for %s: %s", path[0] ? path : "this machine", msg);
+        topo_seterr_code(err, err->code, "plan for %s: %s", path[0] ? path : "this machine", msg);
         dt_node_free(&k->node);
         return -1;
     }

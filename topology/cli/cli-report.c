@@ -815,6 +815,43 @@ static void script_summary(const report_args_t *a, FILE *f)
     fflush(f); /* before any error on stderr */
 }
 
+/* The hint about the error at hand: the dry run plans another machine than
+ * the one it runs on, so what the plugin blames on a node's file is the
+ * request here, or a missing --topology. */
+static int build_failed(const report_args_t *a, const dt_error_t *err)
+{
+    static const char target[] = "give a target node's topology: --topology FILE, made there "
+                                 "with 'ddp-topo detect -o FILE'";
+    int live = !a->o.topology || !strcmp(a->o.topology, "live");
+    char hint[400];
+
+    switch (err->code) {
+    case DT_E_NEEDS_SHARE: /* its text names the report's flag and the job's */
+        fprintf(stderr, "ddp-topo: report: %s\n", err->text);
+        return -1;
+    case DT_E_FILE:
+        return cli_fail("report", err->text, "check the --topology path or pattern");
+    case DT_E_FORMAT:
+        return cli_fail("report", err->text, "a topology file is hwloc or NCCL XML: make one on "
+                        "the node with 'ddp-topo detect -o FILE' or 'lstopo --of xml FILE', or "
+                        "take NCCL's NCCL_TOPO_DUMP_FILE; 'nvidia-smi topo -m' prints none");
+    case DT_E_GPU_MISSING:
+    case DT_E_CORES_MISSING:
+        snprintf(hint, sizeof(hint), live ? "the report planned this machine, which lacks "
+                 "them: %s" : "the job asks for more %s per node than the topology has: ask for "
+                 "fewer (%s), or check --topology", live ? target
+                 : err->code == DT_E_GPU_MISSING ? "GPUs" : "cores",
+                 err->code == DT_E_GPU_MISSING ? "--gres=gpu:N or --gpus-per-node N" : "-c");
+        return cli_fail("report", err->text, hint);
+    case DT_E_CPUS:
+        snprintf(hint, sizeof(hint), "fewer tasks per node, or a smaller --cpus-per-task%s%s",
+                 live ? "; if this machine is not the target, " : "", live ? target : "");
+        return cli_fail("report", err->text, hint);
+    default:
+        return cli_fail("report", err->text, "check the node list and the task layout");
+    }
+}
+
 static void report_args_free(report_args_t *a)
 {
     cli_lint_free(&a->lint);
@@ -870,7 +907,7 @@ int cmd_report(int argc, char **argv)
     if (rc == 0 && a.script_path)
         script_summary(&a, fmt == DT_FORMAT_TEXT ? stdout : stderr);
     if (rc == 0 && dt_report_build(&a.o, &report, &err) < 0)
-        rc = cli_fail("report", err.text, "check the node list, task layout and topology");
+        rc = build_failed(&a, &err);
     if (rc == 0 && (a.script_path || a.o.cpus_per_task)) {
         char cores[400];
         dt_report_cores(report, cores, sizeof(cores));
