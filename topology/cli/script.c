@@ -411,8 +411,8 @@ void cli_lint_print(const cli_lint_t *l, const char *original, const char *path,
     size_t len;
     const char *text;
 
-    fprintf(f, "\njob script: %u problem%s that undo%s what ddp-topo sets up\n", l->n,
-            l->n == 1 ? "" : "s", l->n == 1 ? "es" : "");
+    fprintf(f, "\njob script: %u problem%s undoing what ddp-topo sets up\n", l->n,
+            l->n == 1 ? "" : "s");
     for (unsigned i = 0; i < l->n; i++) {
         const cli_finding_t *v = &l->v[i];
         if (!(text = nth_line(original, v->line, &len)))
