@@ -50,8 +50,8 @@
     "MASTER_PORT is set, it picks another free port for torch's TCPStore (a set one\n" \
     "that is already in use draws a warning). When rank 0 runs in another network\n" \
     "namespace, set MASTER_PORT and DDPRT_PORT.\n" \
-    "torchrun's spellings: --nproc-per-node (or _) P with --nnodes M is -n P*M\n" \
-    "--nodes M; --standalone is the default; --master-addr/--master_addr ADDR;\n" \
+    "torchrun's spellings (with - or _): --nproc-per-node P with --nnodes M is\n" \
+    "-n P*M --nodes M; --standalone is the default; --master-addr ADDR;\n" \
     "--master-port PORT sets MASTER_PORT; its rendezvous and restart options are\n" \
     "refused by name. A PROGRAM that cannot run is said once (a .py or .sh with the\n" \
     "interpreter to put first); a launcher as PROGRAM (torchrun, python -m\n" \
