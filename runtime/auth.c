@@ -130,12 +130,23 @@ static void pause_for(double seconds)
 int auth_connect(drt_comm_t *c, const char *host, int port, uint32_t kind,
                  const hello_t *payload, double deadline, auth_session_t *s, drt_error_t *err)
 {
+    int fd = auth_connect_from(c, 0, host, port, kind, payload, deadline, s, err);
+
+    return fd < 0 ? -1 : fd;
+}
+
+int auth_connect_from(drt_comm_t *c, uint32_t src, const char *host, int port, uint32_t kind,
+                      const hello_t *payload, double deadline, auth_session_t *s,
+                      drt_error_t *err)
+{
     int impostor = 0;
 
     for (;;) {
-        int fd = net_connect(host, port, deadline, err), rc;
+        int fd = net_connect_from(host, port, src, deadline, err), rc;
+        if (fd < 0 && impostor)
+            return auth_impostor_fail(c, host, port, err), AUTH_EIMPOSTOR;
         if (fd < 0)
-            return impostor ? auth_impostor_fail(c, host, port, err) : -1;
+            return fd; /* NET_EANSWER or NET_ELOCAL */
         rc = client_handshake(c, fd, kind, payload,
                               drt_now() + AUTH_WAIT < deadline ? drt_now() + AUTH_WAIT : deadline, s);
         if (rc == HS_OK)
@@ -145,12 +156,50 @@ int auth_connect(drt_comm_t *c, const char *host, int port, uint32_t kind,
             drt_warn(c, "%s:%d answered without proving this job's secret: a process outside "
                      "this job holds that port; nothing was sent to it, retrying until %.0f s "
                      "(DDPRT_TIMEOUT) have passed", host, port, c->timeout);
+        if (drt_now() + 0.2 >= deadline && impostor)
+            return auth_impostor_fail(c, host, port, err), AUTH_EIMPOSTOR;
         if (drt_now() + 0.2 >= deadline)
-            return impostor ? auth_impostor_fail(c, host, port, err)
-                            : drt_fail(err, "no handshake with %s:%d (connection closed or "
-                                       "timed out)", host, port);
+            return drt_fail(err, "no handshake with %s:%d (connection closed or timed out)",
+                            host, port), AUTH_EHANDSHAKE;
         pause_for(0.2);
     }
+}
+
+drt_comm_t *auth_comm_bare(const drt_env_t *env, double timeout, drt_error_t *err)
+{
+    const char *hex = getenv(DRT_ENV_SECRET), *end = NULL, *v = getenv("DDPRT_VERBOSE");
+    size_t n = 0;
+    drt_comm_t *c;
+
+    if (auth_ready() < 0)
+        return drt_fail(err, "libsodium failed to initialise (no randomness source?)"), NULL;
+    if (!hex || strlen(hex) != 2 * DRT_SECRET_LEN)
+        return drt_fail(err, DRT_ENV_SECRET " is %s (%d hex digits; launchers set it: srun "
+                        "--ddp-topo, ddp-run)", hex ? "malformed" : "not set",
+                        2 * DRT_SECRET_LEN), NULL;
+    if (!(c = calloc(1, sizeof(*c))))
+        return drt_fail(err, "out of memory"), NULL;
+    if (sodium_hex2bin(c->secret, DRT_SECRET_LEN, hex, strlen(hex), NULL, &n, &end) != 0 ||
+        n != DRT_SECRET_LEN || *end) {
+        auth_comm_free(c);
+        return drt_fail(err, DRT_ENV_SECRET " is malformed (%d hex digits)",
+                        2 * DRT_SECRET_LEN), NULL;
+    }
+    c->env = *env;
+    c->rank = (int)env->rank;
+    c->size = (int)env->world_size;
+    c->timeout = timeout;
+    c->verbose = v && *v && strcmp(v, "0");
+    c->notice_fd = -1;
+    return c;
+}
+
+void auth_comm_free(drt_comm_t *c)
+{
+    if (!c)
+        return;
+    sodium_memzero(c->secret, sizeof(c->secret));
+    free(c);
 }
 
 int auth_impostor_fail(const drt_comm_t *c, const char *host, int port, drt_error_t *err)
@@ -250,8 +299,14 @@ static int next_wake(const pending_t *p, int n, double deadline)
 int auth_serve(drt_comm_t *c, int lfd, uint32_t kind, double deadline, auth_take_fn take,
                void *ctx, drt_error_t *err)
 {
+    return auth_serve_wake(c, lfd, kind, deadline, -1, take, ctx, err);
+}
+
+int auth_serve_wake(drt_comm_t *c, int lfd, uint32_t kind, double deadline, int wake_fd,
+                    auth_take_fn take, void *ctx, drt_error_t *err)
+{
     pending_t *p = calloc(AUTH_PENDING, sizeof(*p));
-    struct pollfd *fds = calloc(AUTH_PENDING + 1, sizeof(*fds));
+    struct pollfd *fds = calloc(AUTH_PENDING + 2, sizeof(*fds));
     int n = 0, rc = -1;
 
     if (!p || !fds) {
@@ -260,15 +315,20 @@ int auth_serve(drt_comm_t *c, int lfd, uint32_t kind, double deadline, auth_take
     }
     while (drt_now() < deadline) {
         fds[0] = (struct pollfd){.fd = lfd, .events = POLLIN};
+        fds[1] = (struct pollfd){.fd = wake_fd, .events = POLLIN}; /* -1: poll skips it */
         for (int i = 0; i < n; i++)
-            fds[i + 1] = (struct pollfd){.fd = p[i].fd, .events = POLLIN};
-        if (poll(fds, (nfds_t)n + 1, next_wake(p, n, deadline)) < 0 && errno != EINTR) {
+            fds[i + 2] = (struct pollfd){.fd = p[i].fd, .events = POLLIN};
+        if (poll(fds, (nfds_t)n + 2, next_wake(p, n, deadline)) < 0 && errno != EINTR) {
             drt_fail(err, "poll failed: %s", strerror(errno));
+            goto out;
+        }
+        if (fds[1].revents) {
+            rc = 0;
             goto out;
         }
         for (int i = n - 1; i >= 0; i--) {
             const char *why = "did not finish the handshake in time";
-            int r = fds[i + 1].revents ? advance(c, &p[i], kind, &why) : 0;
+            int r = fds[i + 2].revents ? advance(c, &p[i], kind, &why) : 0;
             if (r == 0 && drt_now() > p[i].until)
                 r = -1;
             if (r < 0) {

@@ -53,6 +53,15 @@ typedef enum { DRT_ALGO_AUTO, DRT_ALGO_FLAT, DRT_ALGO_HIER } drt_algo_t;
 typedef struct drt_comm drt_comm_t;
 typedef struct drt_request drt_request_t;
 
+/* Threads (docs/runtime.md, "Threads"; not checked by the library): one
+ * thread at a time makes the calls below that take a drt_comm_t * (and
+ * drt_buckets_* on its buckets), but for the queries (drt_rank ..
+ * drt_node_of), which any thread may make at any time. drt_test and
+ * drt_wait may run on any thread beside them, one call at a time per
+ * request. drt_finalize only once every other call on the communicator has
+ * returned and every request was waited for. The ranks must issue
+ * collectives in the same order, whichever threads issue them. */
+
 /* Bootstrap from the environment; returns 0 or -1 with err set (a rank
  * that never arrived, a timeout, a bad variable). Collective: every rank
  * of the world calls it. */
@@ -205,9 +214,11 @@ void drt_buckets_free(drt_buckets_t *b); /* before drt_finalize */
 /* ---- Preemption --------------------------------------------------------------
  * SLURM signals each task at different moments (--signal=USR1@T, scancel
  * --signal, preemption's SIGTERM). drt_preempt_watch catches SIGUSR1 and
- * SIGTERM (the handler only sets a flag); every drt_buckets_finish then
+ * SIGTERM (the first only sets a flag); every drt_buckets_finish then
  * tells all ranks whether any rank has seen one (stats->stop), so all stop
- * after the same step. drt_preempt_signal: the signal seen here, 0 none. */
+ * after the same step. A second SIGTERM ends the process (SIGTERM's default
+ * action), so an operator or `timeout` can still stop a stuck rank.
+ * drt_preempt_signal: the signal seen here, 0 none. */
 int drt_preempt_watch(drt_error_t *err);
 int drt_preempt_signal(void);
 

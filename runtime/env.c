@@ -26,7 +26,7 @@ static int get_u32(const char *(*get)(const char *), const char *name, int requi
                             "was removed after the job was queued? ask your admin, or "
                             "resubmit)", name, asked);
         return required ? drt_fail(err, "%s is not set (launch with srun --ddp-topo or "
-                                "torchrun)", name) : 0;
+                                "ddp-run)", name) : 0;
     }
     errno = 0;
     x = strtoul(s, &end, 10);

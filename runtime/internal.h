@@ -95,8 +95,14 @@ double drt_now(void);
 const char *drt_where(const drt_comm_t *c, int rank, char *buf, size_t len);
 
 /* net.c: TCP */
-int net_listen(int port, int *out_port, drt_error_t *err);
+int net_listen(int port, int *out_port, drt_error_t *err); /* on every address */
+int net_listen_on(uint32_t ip, int port, int *out_port, drt_error_t *err); /* ip: network order */
+/* why a connect failed, for callers that word their own errors (err has the details) */
+enum { NET_EANSWER = -1, NET_ELOCAL = -2 }; /* nobody answered in time; cannot resolve or bind */
 int net_connect(const char *host, int port, double deadline, drt_error_t *err);
+/* from the local address src (network order; 0: the kernel's choice) */
+int net_connect_from(const char *host, int port, uint32_t src, double deadline,
+                     drt_error_t *err);
 int net_accept(int lfd, double deadline, drt_error_t *err);
 int net_send_all(int fd, const void *buf, size_t len, double deadline);
 int net_recv_all(int fd, void *buf, size_t len, double deadline);
@@ -112,6 +118,10 @@ typedef struct {
 #define AUTH_NONCE 32
 #define AUTH_MAC 32
 enum { AUTH_BOOT = 1, AUTH_DATA = 2 }; /* to rank 0's MASTER_PORT, between peers */
+/* ddp-check's own connections: its MASTER_PORT probe, its rail streams */
+enum { AUTH_PROBE = 3, AUTH_LINK = 4 };
+/* auth_connect_from's failures beyond net_connect_from's (NET_E*) */
+enum { AUTH_EIMPOSTOR = -3, AUTH_EHANDSHAKE = -4 };
 typedef struct {
     unsigned char nc[AUTH_NONCE], ns[AUTH_NONCE]; /* the client's and the server's nonces */
     uint32_t kind;
@@ -126,9 +136,24 @@ int auth_check(const drt_comm_t *c, const char *label, const void *a, size_t ale
                const void *b, size_t blen, const unsigned char mac[AUTH_MAC]);
 int auth_connect(drt_comm_t *c, const char *host, int port, uint32_t kind,
                  const hello_t *payload, double deadline, auth_session_t *s, drt_error_t *err);
+/* the same from the local address src (0: any); the socket, or NET_EANSWER,
+ * NET_ELOCAL, AUTH_EIMPOSTOR (a process without the secret holds the port),
+ * AUTH_EHANDSHAKE (it closed or stalled mid-handshake), with err set */
+int auth_connect_from(drt_comm_t *c, uint32_t src, const char *host, int port, uint32_t kind,
+                      const hello_t *payload, double deadline, auth_session_t *s,
+                      drt_error_t *err);
 int auth_impostor_fail(const drt_comm_t *c, const char *host, int port, drt_error_t *err);
 int auth_serve(drt_comm_t *c, int lfd, uint32_t kind, double deadline, auth_take_fn take,
                void *ctx, drt_error_t *err);
+/* the same, also ending (0) once wake_fd is readable (-1: never) */
+int auth_serve_wake(drt_comm_t *c, int lfd, uint32_t kind, double deadline, int wake_fd,
+                    auth_take_fn take, void *ctx, drt_error_t *err);
+/* A communicator holding only what the two sides above read (the job's
+ * secret from DDPRT_SECRET, rank, size, timeout, DDPRT_VERBOSE), for a
+ * tool's connections before drt_init (ddp-check's MASTER_PORT probe); NULL
+ * with err set. auth_comm_free wipes the secret. */
+drt_comm_t *auth_comm_bare(const drt_env_t *env, double timeout, drt_error_t *err);
+void auth_comm_free(drt_comm_t *c);
 
 /* boot.c: who is where, and the connections */
 int boot_exchange(drt_comm_t *c, drt_error_t *err);

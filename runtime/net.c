@@ -48,10 +48,17 @@ void net_tune(int fd)
 
 int net_listen(int port, int *out_port, drt_error_t *err)
 {
+    return net_listen_on(htonl(INADDR_ANY), port, out_port, err);
+}
+
+int net_listen_on(uint32_t ip, int port, int *out_port, drt_error_t *err)
+{
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                            .sin_addr.s_addr = htonl(INADDR_ANY)};
+                            .sin_addr.s_addr = ip};
     socklen_t len = sizeof(a);
     int one = 1, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const char *hint = "";
+    char where[INET_ADDRSTRLEN] = "";
 
     if (fd < 0)
         return drt_fail(err, "cannot create a socket: %s", strerror(errno));
@@ -59,9 +66,14 @@ int net_listen(int port, int *out_port, drt_error_t *err)
     if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, 1024) < 0) {
         int e = errno;
         close(fd);
-        drt_fail(err, "cannot listen on port %d: %s%s", port, strerror(e),
-                 e == EADDRINUSE ? " (another job on this node? set DDPRT_PORT, the runtime's "
-                 "port, or MASTER_PORT when DDPRT_PORT is unset)" : "");
+        if (e == EADDRINUSE)
+            hint = " (another job on this node? set DDPRT_PORT, the runtime's port, or "
+                   "MASTER_PORT when DDPRT_PORT is unset)";
+        if (ip == htonl(INADDR_ANY))
+            drt_fail(err, "cannot listen on port %d: %s%s", port, strerror(e), hint);
+        else
+            drt_fail(err, "cannot listen on %s port %d: %s%s",
+                     inet_ntop(AF_INET, &ip, where, sizeof(where)), port, strerror(e), hint);
         errno = e; /* callers retry on EADDRINUSE */
         return -1;
     }
@@ -85,14 +97,37 @@ static int self_connected(int fd)
            me.sin_addr.s_addr == peer.sin_addr.s_addr;
 }
 
-static int try_connect(const struct addrinfo *ai, double deadline)
+/* From src, its port left to connect (which may reuse one toward another
+ * destination): 0, NET_ELOCAL when src is no address of this machine,
+ * NET_EANSWER for a failure worth another try (errno says why). */
+static int bind_source(int fd, uint32_t src)
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), e = 0;
+    struct sockaddr_in from = {.sin_family = AF_INET, .sin_addr.s_addr = src};
+    int one = 1;
+
+    setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
+    if (bind(fd, (struct sockaddr *)&from, sizeof(from)) == 0)
+        return 0;
+    return errno == EADDRNOTAVAIL ? NET_ELOCAL : NET_EANSWER;
+}
+
+/* One attempt: the socket, NET_EANSWER when nobody (but this socket itself)
+ * answered by the deadline, NET_ELOCAL when the source address cannot be
+ * bound here (errno says why). */
+static int try_connect(const struct addrinfo *ai, uint32_t src, double deadline)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), e = 0, rc;
     socklen_t len = sizeof(e);
     struct linger reset = {1, 0};
 
     if (fd < 0)
-        return -1;
+        return NET_EANSWER;
+    if (src && (rc = bind_source(fd, src)) < 0) {
+        e = errno;
+        close(fd);
+        errno = e;
+        return rc;
+    }
     if ((connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 ||
          (errno == EINPROGRESS && wait_fd(fd, POLLOUT, deadline) > 0 &&
           getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &len) == 0 && e == 0)) &&
@@ -102,27 +137,42 @@ static int try_connect(const struct addrinfo *ai, double deadline)
      * the port from rank 0 for a minute */
     setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
     close(fd);
-    return -1;
+    return NET_EANSWER;
 }
 
 /* Retry with backoff until the deadline: the listener may start last. */
 int net_connect(const char *host, int port, double deadline, drt_error_t *err)
 {
+    return net_connect_from(host, port, 0, deadline, err);
+}
+
+int net_connect_from(const char *host, int port, uint32_t src, double deadline,
+                     drt_error_t *err)
+{
     struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai;
-    char service[16];
+    char service[16], from[INET_ADDRSTRLEN];
     double backoff = 0.01;
     int rc;
 
     snprintf(service, sizeof(service), "%d", port);
-    if ((rc = getaddrinfo(host, service, &hints, &ai)) != 0)
-        return drt_fail(err, "cannot resolve '%s': %s", host, gai_strerror(rc));
+    if ((rc = getaddrinfo(host, service, &hints, &ai)) != 0) {
+        drt_fail(err, "cannot resolve '%s': %s", host, gai_strerror(rc));
+        return NET_ELOCAL;
+    }
     for (;;) {
         double step = drt_now() + 1.0 < deadline ? drt_now() + 1.0 : deadline;
-        int fd = try_connect(ai, step);
+        int fd = try_connect(ai, src, step);
         if (fd >= 0) {
             freeaddrinfo(ai);
             net_tune(fd);
             return fd;
+        }
+        if (fd == NET_ELOCAL) {
+            int e = errno;
+            freeaddrinfo(ai);
+            inet_ntop(AF_INET, &src, from, sizeof(from));
+            drt_fail(err, "cannot connect from %s: %s", from, strerror(e));
+            return NET_ELOCAL;
         }
         if (drt_now() + backoff >= deadline)
             break;
@@ -131,7 +181,8 @@ int net_connect(const char *host, int port, double deadline, drt_error_t *err)
         backoff = backoff < 0.5 ? backoff * 2 : 0.5;
     }
     freeaddrinfo(ai);
-    return drt_fail(err, "no answer from %s:%d", host, port);
+    drt_fail(err, "no answer from %s:%d", host, port);
+    return NET_EANSWER;
 }
 
 int net_accept(int lfd, double deadline, drt_error_t *err)

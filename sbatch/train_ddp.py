@@ -115,6 +115,10 @@ def main():
     # the current device.
     device = torch.device("cuda", torch.cuda.current_device()) \
         if dist.get_backend() == "nccl" else torch.device("cpu")
+    if device.type == "cuda" and rank == 0 and HOOKS[args.hook] is not None:
+        # libddprt's GPU path is opt-in until it has run on a real GPU
+        say("CUDA buckets: " + ("libddprt's GPU allreduce" if ddp_topo.torch.gpu_path(rt) == "ddprt"
+                                else "torch's NCCL allreduce (DDPRT_TORCH_GPU=ddprt for libddprt's)"))
 
     torch.manual_seed(args.seed)  # the same initial weights on every rank
     data = make_data(args)

@@ -35,7 +35,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char *list = fuzz_cstring(data, size);
     char **hosts;
     size_t n;
-    dt_error_t err = {""};
+    dt_error_t err = {.code = DT_OK};
 
     if (dt_hostlist_expand(list, &hosts, &n, &err) == 0) {
         round_trip(list, hosts, n);

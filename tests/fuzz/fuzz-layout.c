@@ -49,7 +49,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint32_t *counts = NULL, nnodes;
     dt_dist_t dist;
     dt_layout_t layout;
-    dt_error_t err = {""};
+    dt_error_t err = {.code = DT_OK};
     int rc = dt_tasks_per_node_parse(line[0], &counts, &nnodes, &err);
 
     if (rc == 0)

@@ -12,7 +12,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int n;
     char **line = fuzz_lines(data, size, &n);
     uint16_t lo, hi, port;
-    dt_error_t err = {""};
+    dt_error_t err = {.code = DT_OK};
 
     if (dt_port_range_parse(line[0], &lo, &hi, &err) == 0) {
         /* job, step and restart from the input, so all of them vary */

@@ -15,7 +15,7 @@ static void plan(const dt_node_t *node)
     dt_plan_request_t req = {.nranks = gpus ? (gpus < MAX_RANKS ? gpus : MAX_RANKS) : 1,
                              .share_gpus = 1};
     dt_node_plan_t p;
-    dt_error_t err = {""};
+    dt_error_t err = {.code = DT_OK};
 
     if (dt_plan_node(node, &req, &p, &err) == 0)
         dt_node_plan_free(&p);
@@ -26,7 +26,7 @@ static void plan(const dt_node_t *node)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     dt_node_t node;
-    dt_error_t err = {""};
+    dt_error_t err = {.code = DT_OK};
 
     if (dt_node_load_file(&node, fuzz_file(data, size), &err) == 0) {
         plan(&node);

@@ -15,9 +15,8 @@ SRCDIR = sys.argv[1]
 LAUNCHED = {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
             "GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2", "MASTER_ADDR": "n1",
             "MASTER_PORT": "29500"}
-NOT_LAUNCHED = ("ddp-topo: this task was not started by sbatch/srun --ddp-topo, ddp-run or "
-                "torchrun: %s is not set (submit with `sbatch --ddp-topo=auto`, or run under "
-                "ddp-run)")
+NOT_LAUNCHED = ("ddp-topo: this task was not started by sbatch/srun --ddp-topo or ddp-run: "
+                "%s is not set (submit with `sbatch --ddp-topo=auto`, or run under ddp-run)")
 
 
 def check(good, name, seen=""):

@@ -9,7 +9,7 @@
 
 static void refused(const char *path, size_t max, const char *why)
 {
-    dt_error_t err = {{0}};
+    dt_error_t err = {.code = DT_OK};
     char *data = (char *)"untouched";
     size_t len = 99;
 
@@ -20,7 +20,7 @@ static void refused(const char *path, size_t max, const char *why)
 int main(void)
 {
     char dir[] = "/tmp/ddp-test-file.XXXXXX", path[64], fifo[64];
-    dt_error_t err = {{0}};
+    dt_error_t err = {.code = DT_OK};
     char *data;
     size_t len;
     FILE *f;

@@ -28,7 +28,7 @@ static char *expand_joined(const char *list, dt_error_t *err)
 
 static void expands(const char *list, const char *want)
 {
-    dt_error_t err = {{0}};
+    dt_error_t err = {.code = DT_OK};
     char *got = expand_joined(list, &err);
 
     is_str(got, want, "expand '%s'%s%s", list, got ? "" : ": ", got ? "" : err.text);
@@ -37,7 +37,7 @@ static void expands(const char *list, const char *want)
 
 static void refuses(const char *list, const char *why)
 {
-    dt_error_t err = {{0}};
+    dt_error_t err = {.code = DT_OK};
     char *got = expand_joined(list, &err);
 
     ok(!got && strstr(err.text, why) && strstr(err.text, "hostlist"),

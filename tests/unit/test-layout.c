@@ -11,7 +11,7 @@ static void lays_out(const char *tpn, const char *dist, const char *want)
     uint32_t *counts, nnodes;
     dt_dist_t d;
     dt_layout_t l;
-    dt_error_t err = {{0}};
+    dt_error_t err = {.code = DT_OK};
     char got[1024] = "";
 
     if (dt_tasks_per_node_parse(tpn, &counts, &nnodes, &err) < 0 ||
@@ -30,7 +30,7 @@ static void lays_out(const char *tpn, const char *dist, const char *want)
 static void tpn_refused(const char *spec)
 {
     uint32_t *counts = NULL, n;
-    dt_error_t err = {{0}};
+    dt_error_t err = {.code = DT_OK};
 
     ok(dt_tasks_per_node_parse(spec, &counts, &n, &err) < 0 && strstr(err.text, "tasks per node"),
        "refuse tasks per node '%s': %s", spec, err.text);
@@ -39,7 +39,7 @@ static void tpn_refused(const char *spec)
 static void dist_refused(const char *spec)
 {
     dt_dist_t d;
-    dt_error_t err = {{0}};
+    dt_error_t err = {.code = DT_OK};
 
     ok(dt_dist_parse(spec, &d, &err) < 0 && strstr(err.text, "distribution"),
        "refuse distribution '%s': %s", spec, err.text);

@@ -29,7 +29,7 @@ static int load(dt_node_t *node, const char *fixture)
 {
     const char *top = getenv("top_srcdir");
     char path[4096];
-    dt_error_t err = {{0}};
+    dt_error_t err = {.code = DT_OK};
 
     snprintf(path, sizeof(path), "%s/tests/fixtures/%s", top ? top : ".", fixture);
     if (dt_node_load_file(node, path, &err) < 0) {
@@ -45,7 +45,7 @@ static int plan_cpus(const dt_node_t *node, unsigned nranks, const int *gpus, un
 {
     hwloc_bitmap_t cpus = hwloc_bitmap_alloc();
     dt_plan_request_t req = {.nranks = nranks, .gpus = gpus, .ngpus = ngpus, .cpus = cpus};
-    dt_error_t err = {{0}};
+    dt_error_t err = {.code = DT_OK};
     size_t used = 0;
     int rc = cpus ? hwloc_bitmap_list_sscanf(cpus, list) : -1;
 
@@ -141,7 +141,7 @@ static int report(const char *fixture, const char *tasks, unsigned cpt, unsigned
                           .exclusive = exclusive, .dtype = "bf16", .dtype_bytes = 2,
                           .port_lo = DT_PORT_RANGE_DEFAULT_LO, .port_hi = DT_PORT_RANGE_DEFAULT_HI,
                           .job_id = -1, .step_id = -1, .restart_count = -1};
-    dt_error_t err = {{0}};
+    dt_error_t err = {.code = DT_OK};
     dt_report_t *r;
     FILE *f = tmpfile();
     size_t n = 0;
@@ -193,7 +193,7 @@ int main(void)
     const char *top = getenv("top_srcdir");
     static const int missing[] = {9};
     char path[4096];
-    dt_error_t err = {{0}};
+    dt_error_t err = {.code = DT_OK};
     dt_node_t node;
     int rc;
 

@@ -8,7 +8,7 @@
 static void nth_is(const char *spec, unsigned n, long want, const char *what)
 {
     uint16_t p = 0;
-    dt_error_t err = {{0}};
+    dt_error_t err = {.code = DT_OK};
     int rc = dt_resv_ports_nth(spec, n, &p, &err);
     long got = rc < 0 ? -1 : rc > 0 ? 0 : p;
 
@@ -158,7 +158,7 @@ static void resv_nth(void)
 static void range_refused(const char *spec)
 {
     uint16_t lo, hi;
-    dt_error_t err = {{0}};
+    dt_error_t err = {.code = DT_OK};
 
     ok(dt_port_range_parse(spec, &lo, &hi, &err) < 0 && strstr(err.text, "port range"),
        "refuse port range '%s': %s", spec, err.text);

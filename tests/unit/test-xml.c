@@ -15,7 +15,7 @@
 static void load_then_check(const char *top, const char *fixture)
 {
     char path[4096];
-    dt_error_t err = {{0}};
+    dt_error_t err = {.code = DT_OK};
     dt_node_t node;
     Dl_info info = {0};
     int mapped;

@@ -59,7 +59,7 @@ def _not_launched(var, env):
             "plugin did not run for it (its plugstack.conf line was removed after the job was "
             "queued? ask your admin, or resubmit)" % (var, asked))
     return NotLaunchedError(
-        "ddp-topo: this task was not started by sbatch/srun --ddp-topo, ddp-run or torchrun: "
+        "ddp-topo: this task was not started by sbatch/srun --ddp-topo or ddp-run: "
         "%s is not set (submit with `sbatch --ddp-topo=auto`, or run under ddp-run)" % var)
 
 

@@ -7,14 +7,19 @@ and DDP communication hooks that reduce gradients with libddprt.
     model.register_comm_hook(rt, ddp_topo.torch.allreduce_hook)
 
 Each hook averages once, as DDP does without a hook: the bucket is scaled by
-1/world_size, then summed. CUDA tensors go through drt_gpu_allreduce on the
-current stream (not yet run on a GPU); CPU tensors are what the tests prove.
+1/world_size, then summed. CPU tensors go through libddprt, which the tests
+prove. CUDA tensors go through torch's own NCCL allreduce by default, since
+libddprt's GPU path (drt_gpu_allreduce on the current stream) has not yet
+run on a real GPU: ask for it with init_process_group(gpu="ddprt") or
+DDPRT_TORCH_GPU=ddprt.
 A bucket must be dense and contiguous (checked before it is touched, on
 either device); the bf16 hook reduces a contiguous copy, so any layout
 works there. DDP may call the hooks from its own threads: the Runtime
 serialises its calls."""
 
 import ctypes
+import os
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -26,10 +31,39 @@ _DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.bfloat16: "
            torch.float16: "float16", torch.int32: "int32", torch.int64: "int64"}
 
 
-def init_process_group(backend=None, **kwargs):
+_GPU_PATHS = ("torch", "ddprt")
+# the GPU path each Runtime of init_process_group was given (others: the default)
+_gpu_path_of = weakref.WeakKeyDictionary()
+
+
+def _gpu_path(choice=None):
+    """Who sums CUDA buckets: "torch" (its NCCL process group, the default)
+    or "ddprt" (libddprt's GPU path, not yet run on a real GPU)."""
+    choice = choice or os.environ.get("DDPRT_TORCH_GPU") or "torch"
+    if choice not in _GPU_PATHS:
+        raise ValueError("ddp-topo: GPU path %r: expected torch (torch's NCCL allreduce, the "
+                         "default) or ddprt (libddprt's, set DDPRT_TORCH_GPU=ddprt)" % (choice,))
+    return choice
+
+
+def gpu_path(rt):
+    """"torch" or "ddprt": who sums rt's CUDA buckets in the hooks."""
+    return _gpu_path_of.get(rt) or _gpu_path()
+
+
+def _bound_device():
+    """The binding's device without libddprt's communicators: the plan puts
+    CUDA_VISIBLE_DEVICES in plan order and gives local rank r device r mod n."""
+    return int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count()
+
+
+def init_process_group(backend=None, gpu=None, **kwargs):
     """torch.distributed from the environment (env://), gloo on CPU and nccl
     when the task has a GPU, the device set from the binding; returns the
-    Runtime, the hooks' state. Raises NotLaunchedError outside a launcher."""
+    Runtime, the hooks' state. gpu: who sums CUDA buckets in the hooks,
+    "torch" (default; DDPRT_TORCH_GPU) or "ddprt", whose NCCL communicators
+    are then attached here. Raises NotLaunchedError outside a launcher."""
+    path = _gpu_path(gpu)
     if backend is None:
         backend = "nccl" if torch.cuda.is_available() else "gloo"
     # Runtime first, then a barrier: without DDPRT_PORT its rendezvous is on
@@ -40,11 +74,12 @@ def init_process_group(backend=None, **kwargs):
     try:
         rt.barrier()
         if backend == "nccl":
-            torch.cuda.set_device(rt.gpu_attach())
+            torch.cuda.set_device(rt.gpu_attach() if path == "ddprt" else _bound_device())
         dist.init_process_group(backend, init_method="env://", **kwargs)
     except BaseException:
         rt.close()
         raise
+    _gpu_path_of[rt] = path
     return rt
 
 
@@ -77,7 +112,14 @@ def _sum_now(rt, tensor, layout):
     """Sum tensor in place across the ranks (on a GPU: enqueued on the
     current stream, done as far as torch can tell)."""
     address, count, name = layout
-    if tensor.is_cuda:
+    if tensor.is_cuda and gpu_path(rt) == "torch":
+        if not dist.is_initialized():
+            raise ValueError("ddp-topo: a CUDA bucket is summed by torch's NCCL allreduce, but "
+                             "torch.distributed is not initialized (use ddp_topo.torch."
+                             "init_process_group(), or DDPRT_TORCH_GPU=ddprt for libddprt's "
+                             "GPU path)")
+        dist.all_reduce(tensor)  # enqueued on the current stream, as DDP's own
+    elif tensor.is_cuda:
         rt.gpu_allreduce(address, count, name, "sum", torch.cuda.current_stream().cuda_stream)
     else:
         rt.allreduce(ctypes.c_void_p(address), name, count=count)

@@ -1,17 +1,22 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* ddp-check: the preflight check every rank of a step runs (README.md,
- * "Preflight: ddp-topo check"). One rank's findings travel to every rank in
- * a ck_rank_t (libddprt's allgather), so the struct is plain bytes. */
+ * "Preflight: ddp-topo check"). One rank's findings travel to rank 0 in its
+ * MASTER_PORT probe and to every rank in libddprt's allgather as a
+ * ck_rank_t, plain bytes that every receiver checks (ck_rank_parse). Every
+ * connection of the check is libddprt's own (runtime/net.c, runtime/auth.c):
+ * authenticated with the job's secret, each wait bounded. */
 #ifndef DDP_CHECK_H
 #define DDP_CHECK_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "ddprt.h"
 
 #define CK_TEXT 200
-#define CK_MAGIC 0x6464636bu /* "ddck": a probe's hello on MASTER_PORT */
+/* "ddc2": a row of this layout; another ddp-check's rows are refused */
+#define CK_ROW_MAGIC 0x64646332u
 
 typedef struct {
     double timeout;   /* --timeout: one probe's bound; the rendezvous waits ck_meet_seconds */
@@ -21,6 +26,7 @@ typedef struct {
 
 /* What one rank found. Strings are NUL-terminated within their arrays. */
 typedef struct {
+    uint32_t magic;     /* CK_ROW_MAGIC */
     uint32_t rank, node, local, fail;
     uint32_t host_ip;   /* this node's name resolved here (network order), 0: none */
     uint32_t data_ip;   /* the runtime's address toward MASTER_ADDR (contract.h) */
@@ -33,13 +39,24 @@ typedef struct {
     char problem[CK_TEXT];  /* the first failed check, "" when none */
 } ck_rank_t;
 
-/* local.c: the node's own checks, each recorded in me (checked / problem) */
+/* rows.c: a rank's findings, and what the rows say about the nodes */
 void ck_note(ck_rank_t *me, int failed, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* A row as it came from rank `rank` (of `world`, on `nodes` nodes) into out,
+ * its text made printable; -1 with why when it is not one (a short or
+ * foreign row, a number out of range, text without its end). */
+int ck_rank_parse(const void *wire, size_t len, uint32_t rank, uint32_t world, uint32_t nodes,
+                  ck_rank_t *out, char *why, size_t whylen);
+int ck_is_loopback(uint32_t ip);
+/* 1 when the nodes are one machine (their names resolve to loopback
+ * addresses, one per node); 1 when the nodes' own addresses can carry the
+ * probes and streams (else the runtime's) */
+int ck_one_machine(const ck_rank_t *all, int size);
+int ck_host_addresses(const ck_rank_t *all, int size);
+
+/* local.c: the node's own checks, each recorded in me (checked / problem) */
 void ck_local(ck_rank_t *me, const drt_env_t *env);
-/* connect to ip:port from src (0: the kernel's choice) within timeout s;
- * the socket, or -1 with why set */
-int ck_connect(uint32_t src, uint32_t ip, uint16_t port, double timeout, char *why, size_t len);
+
 /* The link phase: a connect within --timeout, --seconds of streaming, and
  * CK_LINK_SLACK for the count to come back; the world's collectives wait
  * longer than that (ck_meet_seconds), so no rank gives up on a slow peer. */
@@ -55,33 +72,38 @@ static inline double ck_meet_seconds(const ck_opts_t *o)
     double link = ck_link_seconds(o) + 1;
     return 2 * o->timeout > link ? 2 * o->timeout : link;
 }
-/* a listening TCP socket on any address, port 0: the kernel's choice */
-int ck_listen(uint16_t port, uint16_t *got, char *why, size_t len);
-double ck_now(void);
-int ck_is_loopback(uint32_t ip);
-/* 1 when the nodes are one machine (their names resolve to loopback
- * addresses, one per node); 1 when the nodes' own addresses can carry the
- * probes and streams (else the runtime's) */
-int ck_one_machine(const ck_rank_t *all, int size);
-int ck_host_addresses(const ck_rank_t *all, int size);
 
-/* master.c: MASTER_PORT, tried from every node; rank 0 serves it */
+/* master.c: MASTER_PORT, tried from every node; rank 0 serves it, each
+ * probe bringing its rank's row. `auth` is a bare communicator
+ * (auth_comm_bare): the job's secret, before the world exists. */
 typedef struct ck_master ck_master_t;
-ck_master_t *ck_master_serve(uint16_t port, uint32_t world, char *why, size_t len);
-/* stops serving; seen[r] is 1 for each rank whose probe arrived */
-void ck_master_stop(ck_master_t *m, unsigned char *seen);
-void ck_master_probe(ck_rank_t *me, const drt_env_t *env, double timeout);
+/* serves until ck_master_stop, `seconds` at most; NULL with why set */
+ck_master_t *ck_master_serve(drt_comm_t *auth, uint16_t port, double seconds, char *why,
+                             size_t len);
+/* stops serving (NULL: nothing); where seen[r] is 1, rows[r] is rank r's
+ * row as its probe brought it (either may be NULL) */
+void ck_master_stop(ck_master_t *m, ck_rank_t *rows, unsigned char *seen);
+void ck_master_probe(ck_rank_t *me, const drt_env_t *env, drt_comm_t *auth, double timeout);
 
 /* measure.c: the node group's allreduce and the rail link, all in parallel */
+/* local rank 0's node group listener, on loopback (where the group meets) */
+int ck_group_listen(ck_rank_t *me);
 /* local rank 0 hands *listen_fd to libddprt (then -1) */
 int ck_node_group(drt_comm_t *world, ck_rank_t *all, const ck_opts_t *o, int *listen_fd,
                   drt_error_t *err);
+/* every rank's link listener into *fd (-1, noted in the row, when it
+ * cannot listen), on the address its predecessor streams to, and
+ * all[].link_port filled in: a collective, 0 or -1 with err set */
+int ck_link_listen(drt_comm_t *world, ck_rank_t *all, int *fd, drt_error_t *err);
 void ck_link(drt_comm_t *world, ck_rank_t *all, const ck_opts_t *o, int listen_fd);
 
 /* report.c: rank 0's table; 0 when every check passed */
-int ck_report(const ck_rank_t *all, int n, const drt_env_t *env, double seconds);
-/* rank 0 when the rendezvous failed: what it knows, the missing ranks named */
-void ck_report_partial(const ck_rank_t *me, const drt_env_t *env, const unsigned char *seen,
-                       const char *why, double seconds);
+int ck_report(FILE *out, const ck_rank_t *all, int n, const drt_env_t *env, double seconds);
+/* rank 0 when the rendezvous failed: what the probes brought (rows[r]
+ * where have[r], rank 0's own row among them), the ranks never seen named
+ * when missing_known, the failed nodes named with their reasons */
+void ck_report_partial(FILE *out, const ck_rank_t *rows, const unsigned char *have,
+                       int missing_known, const drt_env_t *env, const char *why,
+                       double seconds);
 
 #endif

@@ -1,26 +1,19 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* ddp-check: what one rank checks on its own node: its planned GPU, cores
- * and NIC (the plugin's DDP_TOPO_* variables) exist and are usable, and
- * the sockets the other checks use. */
+ * and NIC (the plugin's DDP_TOPO_* variables) exist and are usable. */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_* */
 #include "config.h"
 #include "check.h"
 
-#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <sched.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "contract.h"
@@ -28,40 +21,6 @@
 /* the cost model's figure for a TCP link of unknown rate: 10 Gb/s (README,
  * "The cost model") */
 #define CK_TCP_GBPS (10.0 / 8)
-
-double ck_now(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-int ck_is_loopback(uint32_t ip)
-{
-    return (ntohl(ip) >> 24) == 127;
-}
-
-/* Appends one finding to `checked`; the first failure is also the problem. */
-void ck_note(ck_rank_t *me, int failed, const char *fmt, ...)
-{
-    char text[CK_TEXT];
-    size_t used = strlen(me->checked), len;
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(text, sizeof(text), fmt, ap);
-    va_end(ap);
-    len = strlen(text);
-    /* what does not fit is marked, never cut silently: the problem is whole */
-    if (used + 2 + len < sizeof(me->checked))
-        sprintf(me->checked + used, "%s%s", used ? ", " : "", text);
-    else if (used + 5 < sizeof(me->checked) && !strstr(me->checked, "..."))
-        strcpy(me->checked + used, ", ...");
-    if (failed && !me->problem[0])
-        snprintf(me->problem, sizeof(me->problem), "%s", text);
-    me->fail |= failed != 0;
-}
 
 /* A small file's first line, without its newline; -1 when unreadable. */
 static int read_line(const char *path, char *buf, size_t len)
@@ -284,6 +243,7 @@ static void host_address(ck_rank_t *me)
 
 void ck_local(ck_rank_t *me, const drt_env_t *env)
 {
+    me->magic = CK_ROW_MAGIC;
     me->rank = env->rank;
     me->node = env->node_rank;
     me->local = env->local_rank;
@@ -292,112 +252,4 @@ void ck_local(ck_rank_t *me, const drt_env_t *env)
     check_cpus(me);
     check_gpu(me);
     check_nic(me, env);
-}
-
-int ck_listen(uint16_t port, uint16_t *got, char *why, size_t len)
-{
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
-    socklen_t alen = sizeof(a);
-    int one = 1, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
-        bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, 1024) < 0 ||
-        getsockname(fd, (struct sockaddr *)&a, &alen) < 0) {
-        snprintf(why, len, "cannot listen on port %u: %s", port, strerror(errno));
-        if (fd >= 0)
-            close(fd);
-        return -1;
-    }
-    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-    if (got)
-        *got = ntohs(a.sin_port);
-    return fd;
-}
-
-/* One attempt; 0 connected, -1 failed with errno set (ETIMEDOUT at the end). */
-static int try_connect(int fd, const struct sockaddr_in *to, double deadline)
-{
-    struct pollfd p = {.fd = fd, .events = POLLOUT};
-    int e = 0;
-    socklen_t len = sizeof(e);
-
-    if (connect(fd, (const struct sockaddr *)to, sizeof(*to)) == 0)
-        return 0;
-    if (errno != EINPROGRESS)
-        return -1;
-    /* a wait past the deadline is no wait (poll's negative timeout is
-     * forever); an interrupted poll is polled again */
-    for (;;) {
-        double left = deadline - ck_now();
-        int r;
-        if (left <= 0)
-            return errno = ETIMEDOUT, -1;
-        r = poll(&p, 1, (int)(left * 1000) + 1);
-        if (r > 0)
-            break;
-        if (r < 0 && errno != EINTR)
-            return -1;
-    }
-    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &len) < 0 || e)
-        return errno = e ? e : errno, -1;
-    return 0;
-}
-
-/* Retried until the deadline: the listener may not be up yet. */
-int ck_connect(uint32_t src, uint32_t ip, uint16_t port, double timeout, char *why, size_t len)
-{
-    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = ip};
-    struct sockaddr_in from = {.sin_family = AF_INET, .sin_addr.s_addr = src};
-    double deadline = ck_now() + timeout;
-
-    for (;;) {
-        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), e;
-        if (fd >= 0 && (!src || bind(fd, (struct sockaddr *)&from, sizeof(from)) == 0) &&
-            try_connect(fd, &to, deadline) == 0)
-            return fd;
-        e = errno;
-        if (fd >= 0)
-            close(fd);
-        if (ck_now() + 0.05 >= deadline || e == EADDRNOTAVAIL) {
-            if (e == ETIMEDOUT || e == EINPROGRESS)
-                snprintf(why, len, "no answer within %.1f s", timeout);
-            else
-                snprintf(why, len, "%s", strerror(e));
-            return -1;
-        }
-        struct timespec ts = {0, 50000000};
-        nanosleep(&ts, NULL);
-    }
-}
-
-/* The nodes are one machine when they share its host name (ddp-run's
- * emulated nodes), or when each node's name resolves to a loopback address
- * of its own (the test cluster, each node on its own 127.0.1.X). */
-int ck_one_machine(const ck_rank_t *all, int size)
-{
-    int same = 1;
-
-    for (int r = 1; r < size; r++)
-        same &= !strcmp(all[r].host, all[0].host);
-    if (same)
-        return 1;
-    for (int r = 0; r < size; r++) {
-        if (!all[r].host_ip || !ck_is_loopback(all[r].host_ip))
-            return 0;
-        for (int q = 0; q < r; q++)
-            if ((all[q].node == all[r].node) != (all[q].host_ip == all[r].host_ip))
-                return 0;
-    }
-    return 1;
-}
-
-/* Nodes' own addresses are usable when every node's name resolves to one
- * that is not loopback, or when the nodes are one machine. Else the
- * runtime's addresses (Debian maps a host's own name to 127.0.1.1). */
-int ck_host_addresses(const ck_rank_t *all, int size)
-{
-    for (int r = 0; r < size; r++)
-        if (!all[r].host_ip || ck_is_loopback(all[r].host_ip))
-            return ck_one_machine(all, size);
-    return 1;
 }

@@ -7,13 +7,15 @@
  *    the next node's rank for a fixed time while taking its predecessor's
  *    stream: the sending step of a rail ring allreduce, timed per link, so
  *    a slow link is pinned on the node it leaves from. The streams run from
- *    the node's own address, as the MASTER_PORT probe does (master.c). */
-#define _GNU_SOURCE /* accept4 */
+ *    the node's own address, as the MASTER_PORT probe does (master.c), to a
+ *    listener on the address they go to, and are libddprt connections: a
+ *    stranger who connects first is refused, never counted in its place. */
 #include "config.h"
 #include "check.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -23,6 +25,7 @@
 #include <unistd.h>
 
 #include "ddptopo.h"
+#include "internal.h"
 
 /* the cost model's shared-memory figures for CPU-only nodes (README, "The
  * cost model"): the node groups allreduce host buffers through shared memory */
@@ -76,14 +79,25 @@ static int time_allreduce(drt_comm_t *g, size_t bytes, double *seconds, drt_erro
 
     *seconds = 0;
     for (int i = 0; rc == 0 && i <= CK_ROUNDS; i++) {
-        double t0 = ck_now();
+        double t0 = drt_now();
         rc = drt_allreduce(g, buf, buf, count, DRT_FLOAT32, DRT_SUM, err);
         /* the first round sets up the rings */
-        if (i && (*seconds == 0 || ck_now() - t0 < *seconds))
-            *seconds = ck_now() - t0;
+        if (i && (*seconds == 0 || drt_now() - t0 < *seconds))
+            *seconds = drt_now() - t0;
     }
     free(buf);
     return rc;
+}
+
+int ck_group_listen(ck_rank_t *me)
+{
+    drt_error_t err;
+    int port = 0, fd = net_listen_on(htonl(INADDR_LOOPBACK), 0, &port, &err);
+
+    if (fd < 0)
+        ck_note(me, 1, "node group: %s", err.text);
+    me->group_port = (uint32_t)port;
+    return fd;
 }
 
 int ck_node_group(drt_comm_t *world, ck_rank_t *all, const ck_opts_t *o, int *listen_fd,
@@ -130,26 +144,21 @@ static int rail_peer(const ck_rank_t *all, int size, uint32_t nodes, const ck_ra
 }
 
 typedef struct {
-    int listen_fd;
+    drt_comm_t *world;
+    int listen_fd, from; /* from: the predecessor, the one rank whose stream counts */
     double deadline;
 } sink_t;
 
 /* The predecessor's stream: count it until it ends, then say how much came. */
-static void *sink(void *arg)
+static void count_stream(int fd, double deadline)
 {
-    sink_t *s = arg;
-    struct pollfd p = {.fd = s->listen_fd, .events = POLLIN};
+    struct pollfd p = {.fd = fd, .events = POLLIN};
     static char buf[1 << 16];
     uint64_t got = 0;
-    int fd = -1, size = CK_SOCKBUF;
+    int size = CK_SOCKBUF;
 
-    while (fd < 0 && ck_now() < s->deadline && poll(&p, 1, 100) >= 0)
-        fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0)
-        return NULL;
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
-    p.fd = fd;
-    while (ck_now() < s->deadline && poll(&p, 1, 100) >= 0) {
+    while (drt_now() < deadline && poll(&p, 1, 100) >= 0) {
         ssize_t n = recv(fd, buf, sizeof(buf), 0);
         if (n > 0) {
             got += (uint64_t)n;
@@ -160,51 +169,130 @@ static void *sink(void *arg)
             break;
         }
     }
-    close(fd);
-    return NULL;
 }
 
+/* An authenticated connection: the predecessor's (1, counted), or some
+ * other rank's of this job, which has no business here (0, closed). */
+static int take_stream(void *ctx, int fd, const auth_session_t *s, const hello_t *h)
+{
+    sink_t *k = ctx;
+
+    (void)s;
+    if ((int)h->size == drt_size(k->world) && (int)h->rank == k->from) {
+        count_stream(fd, k->deadline);
+        close(fd);
+        return 1;
+    }
+    drt_log(k->world, "link: closed a stream from rank %u, not from rank %d", h->rank, k->from);
+    close(fd);
+    return 0;
+}
 /* Send for `seconds`, then wait for the sink's count: bytes that arrived
  * per second, from the first byte to the count's arrival. */
 static double stream(int fd, double seconds, double deadline)
 {
     static const char buf[1 << 16];
     struct pollfd p = {.fd = fd, .events = POLLOUT};
-    double t0 = ck_now();
+    double t0 = drt_now();
     uint64_t got = 0;
     size_t have = 0;
     int size = CK_SOCKBUF;
 
     setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
-    while (ck_now() < t0 + seconds && poll(&p, 1, 20) >= 0)
+    while (drt_now() < t0 + seconds && poll(&p, 1, 20) >= 0)
         if (send(fd, buf, sizeof(buf), MSG_NOSIGNAL | MSG_DONTWAIT) < 0 && errno != EAGAIN &&
             errno != EINTR)
             return 0;
     shutdown(fd, SHUT_WR);
     p.events = POLLIN;
-    while (have < sizeof(got) && ck_now() < deadline && poll(&p, 1, 100) >= 0) {
+    while (have < sizeof(got) && drt_now() < deadline && poll(&p, 1, 100) >= 0) {
         ssize_t n = recv(fd, (char *)&got + have, sizeof(got) - have, MSG_DONTWAIT);
         if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
             return 0;
         have += n > 0 ? (size_t)n : 0;
     }
-    return have == sizeof(got) ? (double)got / (ck_now() - t0) / 1e9 : 0;
+    return have == sizeof(got) ? (double)got / (drt_now() - t0) / 1e9 : 0;
+}
+
+/* The sink: auth_serve takes connections side by side, so strangers that
+ * connect first wait out their handshake while the predecessor's stream is
+ * counted. */
+static void *sink(void *arg)
+{
+    sink_t *k = arg;
+    drt_error_t err;
+
+    if (auth_serve(k->world, k->listen_fd, AUTH_LINK, k->deadline, take_stream, k, &err) < 0)
+        drt_log(k->world, "link: no stream from rank %d: %s", k->from, err.text);
+    return NULL;
+}
+
+/* to's address for the stream, and where to listen for one (by_host: the
+ * nodes' own addresses, ck_host_addresses) */
+static uint32_t link_ip(const ck_rank_t *r, int by_host)
+{
+    return by_host ? r->host_ip : r->data_ip;
+}
+
+int ck_link_listen(drt_comm_t *world, ck_rank_t *all, int *fd, drt_error_t *err)
+{
+    int size = drt_size(world), rank = drt_rank(world), port = 0, rc = -1;
+    uint32_t *ports = calloc((size_t)size, sizeof(*ports)), mine;
+    drt_error_t why;
+
+    *fd = net_listen_on(link_ip(&all[rank], ck_host_addresses(all, size)), 0, &port, &why);
+    if (*fd < 0)
+        ck_note(&all[rank], 1, "link: %s", why.text);
+    mine = (uint32_t)port;
+    if (!ports)
+        drt_fail(err, "out of memory");
+    else if (drt_allgather(world, &mine, ports, sizeof(mine), err) == 0)
+        rc = 0;
+    for (int r = 0; rc == 0 && r < size; r++)
+        all[r].link_port = ports[r];
+    free(ports);
+    return rc;
+}
+
+/* A libddprt connection to `to`'s link listener before the deadline; the
+ * socket, or -1 with why. */
+static int link_connect(drt_comm_t *world, const ck_rank_t *me, const ck_rank_t *to,
+                        int by_host, double deadline, char *why, size_t len)
+{
+    hello_t h = {(uint32_t)drt_size(world), me->rank, me->node, me->local, 0, 0, 0};
+    uint32_t dst = link_ip(to, by_host);
+    double bound = deadline - drt_now();
+    char host[INET_ADDRSTRLEN];
+    auth_session_t s;
+    drt_error_t err;
+    int fd;
+
+    if (!to->link_port)
+        return snprintf(why, len, "it has no listener"), -1;
+    if (bound <= 0)
+        return snprintf(why, len, "no time left to connect"), -1;
+    inet_ntop(AF_INET, &dst, host, sizeof(host));
+    fd = auth_connect_from(world, by_host ? me->host_ip : 0, host, (int)to->link_port,
+                           AUTH_LINK, &h, deadline, &s, &err);
+    if (fd == NET_EANSWER)
+        snprintf(why, len, "no answer within %.1f s", bound);
+    else if (fd < 0)
+        snprintf(why, len, "%s", err.text);
+    return fd < 0 ? -1 : fd;
 }
 
 /* Every rank's link phase ends at `end`, the same for all (they enter it
  * together, after a barrier), so a failed link never leaves its peers
  * waiting in the next collective for longer than the world's timeout. */
-static void link_out(ck_rank_t *me, const ck_rank_t *to, int by_host, const ck_opts_t *o,
-                     double end)
+static void link_out(drt_comm_t *world, ck_rank_t *me, const ck_rank_t *to, int by_host,
+                     const ck_opts_t *o, double end)
 {
-    uint32_t src = by_host ? me->host_ip : 0, dst = by_host ? to->host_ip : to->data_ip;
-    char why[128];
-    double bound = end - o->seconds - CK_LINK_SLACK - ck_now();
-    int fd = bound > 0 ? ck_connect(src, dst, (uint16_t)to->link_port, bound, why, sizeof(why))
-                       : (snprintf(why, sizeof(why), "no time left to connect"), -1);
+    char why[320];
+    int fd = link_connect(world, me, to, by_host, end - o->seconds - CK_LINK_SLACK, why,
+                          sizeof(why));
 
     if (fd < 0) {
-        ck_note(me, 1, "link to %s (rank %u) failed: %s", to->host, to->rank, why);
+        ck_note(me, 1, "link to %s (rank %u) failed: %.120s", to->host, to->rank, why);
         me->link_gbps = 0;
         return;
     }
@@ -221,13 +309,13 @@ void ck_link(drt_comm_t *world, ck_rank_t *all, const ck_opts_t *o, int listen_f
     uint32_t nodes = (uint32_t)drt_node_count(world);
     ck_rank_t *me = &all[drt_rank(world)];
     int to = rail_peer(all, size, nodes, me, 1), from = rail_peer(all, size, nodes, me, -1);
-    double end = ck_now() + ck_link_seconds(o);
-    sink_t s = {listen_fd, end};
+    double end = drt_now() + ck_link_seconds(o);
+    sink_t k = {world, listen_fd, from, end};
     pthread_t thread;
-    int started = from >= 0 && pthread_create(&thread, NULL, sink, &s) == 0;
+    int started = from >= 0 && listen_fd >= 0 && pthread_create(&thread, NULL, sink, &k) == 0;
 
     if (to >= 0)
-        link_out(me, &all[to], ck_host_addresses(all, size), o, end);
+        link_out(world, me, &all[to], ck_host_addresses(all, size), o, end);
     if (started)
         pthread_join(thread, NULL);
 }
