@@ -504,6 +504,31 @@ static void plan_nics(const dt_node_t *node, dt_node_plan_t *plan)
     free(used);
 }
 
+/* Ranks whose cores SLURM put on another NUMA node (or socket) than their
+ * GPU: every host-device copy then crosses the inter-socket link. Whatever
+ * SLURM allocated, it is said, with the job options that ask for cores
+ * near the GPUs. */
+static void warn_far_cores(const dt_node_t *node, dt_node_plan_t *plan)
+{
+    hwloc_bitmap_t far = hwloc_bitmap_alloc();
+    char *ranks = NULL;
+
+    for (unsigned r = 0; far && r < plan->nranks; r++) {
+        const dt_rank_plan_t *rp = &plan->ranks[r];
+        hwloc_const_bitmap_t near = gpu_locality(node, rp->gpu);
+        if (near && !hwloc_bitmap_iszero(rp->cpus) && !hwloc_bitmap_intersects(rp->cpus, near))
+            hwloc_bitmap_set(far, r);
+    }
+    if (far && !hwloc_bitmap_iszero(far) && hwloc_bitmap_list_asprintf(&ranks, far) >= 0)
+        warn(plan, "local rank%s %s: cores on another NUMA node than %s (SLURM allocated "
+             "the step's cores away from the GPUs: whole nodes with --exclusive give the plan "
+             "every core; --gres-flags=enforce-binding keeps a job to the cores gres.conf's "
+             "Cores= lists next to its GPUs)", hwloc_bitmap_weight(far) == 1 ? "" : "s", ranks,
+             hwloc_bitmap_weight(far) == 1 ? "its GPU" : "their GPUs");
+    free(ranks);
+    hwloc_bitmap_free(far);
+}
+
 int dt_plan_node(const dt_node_t *node, const dt_plan_request_t *req, dt_node_plan_t *plan,
                  dt_error_t *err)
 {
@@ -531,6 +556,7 @@ int dt_plan_node(const dt_node_t *node, const dt_plan_request_t *req, dt_node_pl
         return -1;
     }
     plan_nics(node, plan);
+    warn_far_cores(node, plan);
     if (plan->nvisible > 1 && !node->nvlink)
         warn(plan, "the topology has no NVLink information: GPUs are ordered by PCIe "
              "distance only");
