@@ -4,7 +4,7 @@
  *
  * The runtime knows neither SLURM nor the plugin, only the environment
  * contract documented in README.md ("Environment contract"): the variables
- * the plugin (or ddp-run, or torchrun) sets in each task. This first part
+ * the plugin (or ddp-run) sets in each task. This first part
  * reads and validates that contract.
  */
 #ifndef DDPRT_H

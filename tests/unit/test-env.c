@@ -50,7 +50,7 @@ int main(void)
     set("TORCHELASTIC_RESTART_COUNT", NULL);
     ok(drt_env_load(&env, lookup, &err) == 0 && env.restart_count == 0,
        "restart count is optional");
-    refused("RANK", NULL, "RANK is not set (launch with srun --ddp-topo or torchrun)");
+    refused("RANK", NULL, "RANK is not set (launch with srun --ddp-topo or ddp-run)");
     /* a job queued with --ddp-topo whose plugin was taken away before it ran */
     set("SLURM_SPANK__SLURM_SPANK_OPTION_ddp_topo_ddp_topo", "auto");
     refused("RANK", NULL, "RANK is not set, though this job asked for --ddp-topo=auto: the "
