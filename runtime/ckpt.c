@@ -631,8 +631,11 @@ static void remove_temps(const char *dir)
 
     while (d && (e = readdir(d))) {
         const char *n = e->d_name;
-        size_t len = strlen(n), digits = strspn(n + 6, "0123456789");
-        if (strncmp(n, ".ckpt-", 6) || digits < 12 || len != 6 + digits + 7 || n[6 + digits] != '.')
+        size_t len = strlen(n), digits;
+        if (strncmp(n, ".ckpt-", 6)) /* first: "." is shorter than the prefix */
+            continue;
+        digits = strspn(n + 6, "0123456789");
+        if (digits < 12 || len != 6 + digits + 7 || n[6 + digits] != '.')
             continue;
         snprintf(path, sizeof(path), "%s/%s", dir, n);
         unlink(path);
