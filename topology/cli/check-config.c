@@ -226,7 +226,7 @@ static int check_deployed(const char *plugstack, node_check_t *nc)
         if (check_line(lines.lines[i].text, true, nc) < 0)
             rc = -1;
     }
-    if (lines.n > 1 && !nc->problems++)
+    if (lines.n > 1)
         problem(nc, "plugstack", "more than one ddp_topo.so line: SLURM loads each (keep one)");
     cli_plugstack_free(&lines);
     return rc || nc->problems ? -1 : 0;
