@@ -132,10 +132,10 @@ static int read_conf(const char *file, int depth, cli_plug_lines_t *out, dt_erro
     }
     if (dt_read_file(file, CONF_MAX, &data, &n, err) < 0)
         return -1;
-    for (l = data; rc == 0 && l && *l; l = next) {
-        next = strchr(l, '\n');
-        if (next)
-            *next++ = '\0';
+    /* every line, blank ones too (a NUL inside a line ends that line only) */
+    for (l = data; rc == 0 && l < data + n; l = next) {
+        next = memchr(l, '\n', (size_t)(data + n - l));
+        next = next ? (*next = '\0', next + 1) : data + n;
         rc = conf_line(file, ++lineno, l, depth, out, err);
     }
     free(data);
