@@ -25,6 +25,11 @@ void topo_copy_elided(char *dst, size_t size, const char *src);
  * libpci knows them (returns 1), else "NVIDIA [10de:20b0]" (returns 0). */
 void topo_gpu_name(char *dst, size_t size, const char *name);
 int topo_gpu_name_ids(char *dst, size_t size, unsigned vendor, unsigned device);
+/* pciids.c, in libddptopo only: pci.ids's name for the ids (returns 1).
+ * Weak and hidden: where it is not linked in (the SPANK plugin) it is
+ * NULL, and no other object can supply it at load time. */
+int topo_pci_ids_lookup(char *buf, size_t size, unsigned vendor, unsigned device)
+    __attribute__((weak, visibility("hidden")));
 
 /* file.c: write a whole file so that readers see the old one or the new */
 int topo_write_atomic(const char *path, const char *buf, size_t len, dt_error_t *err);
