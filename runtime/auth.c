@@ -130,9 +130,7 @@ static void pause_for(double seconds)
 int auth_connect(drt_comm_t *c, const char *host, int port, uint32_t kind,
                  const hello_t *payload, double deadline, auth_session_t *s, drt_error_t *err)
 {
-    int fd = auth_connect_from(c, 0, host, port, kind, payload, deadline, s, err);
-
-    return fd < 0 ? -1 : fd;
+    return auth_connect_from(c, 0, host, port, kind, payload, deadline, s, err);
 }
 
 int auth_connect_from(drt_comm_t *c, uint32_t src, const char *host, int port, uint32_t kind,
@@ -146,7 +144,7 @@ int auth_connect_from(drt_comm_t *c, uint32_t src, const char *host, int port, u
         if (fd < 0 && impostor)
             return auth_impostor_fail(c, host, port, err), AUTH_EIMPOSTOR;
         if (fd < 0)
-            return fd; /* NET_EANSWER or NET_ELOCAL */
+            return fd; /* NET_EANSWER, NET_ELOCAL or NET_ERESOLVE */
         rc = client_handshake(c, fd, kind, payload,
                               drt_now() + AUTH_WAIT < deadline ? drt_now() + AUTH_WAIT : deadline, s);
         if (rc == HS_OK)

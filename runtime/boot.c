@@ -221,10 +221,10 @@ static int gather_as_client(drt_comm_t *c, int port, uint32_t ip, endpoint_t *ta
 
     hello_fill(c, &h, port, ip);
     fd = auth_connect(c, c->env.master_addr, c->env.runtime_port, AUTH_BOOT, &h, deadline, &s, &why);
-    if (fd < 0 && !strncmp(why.text, "cannot resolve", 14))
+    if (fd == NET_ERESOLVE)
         return drt_fail(err, "bootstrap: MASTER_ADDR: %.200s (set it to a name or IPv4 address "
                         "that every node resolves)", why.text);
-    if (fd < 0 && strstr(why.text, "cannot prove"))
+    if (fd == AUTH_EIMPOSTOR)
         return drt_fail(err, "bootstrap: %s", why.text);
     if (fd < 0)
         return drt_fail(err, "bootstrap: rank 0 at %s:%u did not answer within %.0f s "

@@ -98,7 +98,8 @@ const char *drt_where(const drt_comm_t *c, int rank, char *buf, size_t len);
 int net_listen(int port, int *out_port, drt_error_t *err); /* on every address */
 int net_listen_on(uint32_t ip, int port, int *out_port, drt_error_t *err); /* ip: network order */
 /* why a connect failed, for callers that word their own errors (err has the details) */
-enum { NET_EANSWER = -1, NET_ELOCAL = -2 }; /* nobody answered in time; cannot resolve or bind */
+/* nobody answered in time; the source address cannot be bound; the host name does not resolve */
+enum { NET_EANSWER = -1, NET_ELOCAL = -2, NET_ERESOLVE = -5 };
 int net_connect(const char *host, int port, double deadline, drt_error_t *err);
 /* from the local address src (network order; 0: the kernel's choice) */
 int net_connect_from(const char *host, int port, uint32_t src, double deadline,
@@ -136,8 +137,8 @@ int auth_check(const drt_comm_t *c, const char *label, const void *a, size_t ale
                const void *b, size_t blen, const unsigned char mac[AUTH_MAC]);
 int auth_connect(drt_comm_t *c, const char *host, int port, uint32_t kind,
                  const hello_t *payload, double deadline, auth_session_t *s, drt_error_t *err);
-/* the same from the local address src (0: any); the socket, or NET_EANSWER,
- * NET_ELOCAL, AUTH_EIMPOSTOR (a process without the secret holds the port),
+/* the same from the local address src (0: any); both return the socket, or NET_EANSWER,
+ * NET_ELOCAL, NET_ERESOLVE, AUTH_EIMPOSTOR (a process without the secret holds the port),
  * AUTH_EHANDSHAKE (it closed or stalled mid-handshake), with err set */
 int auth_connect_from(drt_comm_t *c, uint32_t src, const char *host, int port, uint32_t kind,
                       const hello_t *payload, double deadline, auth_session_t *s,

@@ -157,7 +157,7 @@ int net_connect_from(const char *host, int port, uint32_t src, double deadline,
     snprintf(service, sizeof(service), "%d", port);
     if ((rc = getaddrinfo(host, service, &hints, &ai)) != 0) {
         drt_fail(err, "cannot resolve '%s': %s", host, gai_strerror(rc));
-        return NET_ELOCAL;
+        return NET_ERESOLVE;
     }
     for (;;) {
         double step = drt_now() + 1.0 < deadline ? drt_now() + 1.0 : deadline;
