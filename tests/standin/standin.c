@@ -935,7 +935,7 @@ static void run_op(stream_t *s, op_t *o)
         if (recheck(o->u.mem.dst, o->u.mem.n, 0, why, sizeof(why)) < 0 ||
             recheck(o->u.mem.src, o->u.mem.n, 0, why, sizeof(why)) < 0)
             illegal(s, "cudaMemcpy", why);
-        else
+        else if (o->u.mem.n) /* a 0-byte copy is CUDA's no-op, with any pointers */
             memmove(o->u.mem.dst, o->u.mem.src, o->u.mem.n);
         break;
     case OP_SET:
@@ -943,7 +943,7 @@ static void run_op(stream_t *s, op_t *o)
             break;
         if (recheck(o->u.mem.dst, o->u.mem.n, 1, why, sizeof(why)) < 0)
             illegal(s, "cudaMemsetAsync", why);
-        else
+        else if (o->u.mem.n)
             memset(o->u.mem.dst, o->u.mem.val, o->u.mem.n);
         break;
     case OP_RECORD:
@@ -2373,13 +2373,25 @@ static int connected_locked(comm_t *c)
 
 /* a non-blocking call's end: reported in progress once, connection made,
  * finalize's work done (G held) */
+/* The stream an in-progress call holds a reference on (it may be destroyed
+ * meanwhile, as CUDA allows: freed when the last reference goes). */
+static void pending_stream_clear_locked(comm_t *c)
+{
+    stream_t *s = c->pending_stream;
+
+    if (!s)
+        return;
+    if (s->inprog == c)
+        s->inprog = NULL;
+    c->pending_stream = NULL;
+    stream_unref_locked(s);
+}
+
 static int pending_done_locked(comm_t *c)
 {
     if (c->pending && connected_locked(c) && c->pending_seen) {
         c->pending = 0;
-        if (c->pending_stream && c->pending_stream->inprog == c)
-            c->pending_stream->inprog = NULL;
-        c->pending_stream = NULL;
+        pending_stream_clear_locked(c);
     }
     c->pending_seen = 1;
     if (c->finalizing == 1 && c->kernels == 0)
@@ -2704,6 +2716,7 @@ static ncclResult_t collective(int kind, const void *send, void *recv, size_t co
         c->pending = 1;
         c->pending_seen = 0;
         c->pending_stream = s;
+        s->refs++;
         s->inprog = c;
         pthread_mutex_unlock(&G);
         return ncclInProgress;
@@ -2985,8 +2998,7 @@ static void abort_finish(comm_t *c)
     pthread_mutex_lock(&G);
     while (c->kernels > 0)
         g_wait();
-    if (c->pending_stream && c->pending_stream->inprog == c)
-        c->pending_stream->inprog = NULL;
+    pending_stream_clear_locked(c);
     ctx_cleanup[phys]++;
     pthread_mutex_unlock(&G);
     if (f)
