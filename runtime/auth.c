@@ -127,6 +127,16 @@ static void pause_for(double seconds)
     nanosleep(&ts, NULL);
 }
 
+/* the deadline passed with an impostor answering on the port: name it, so
+ * the job's failure points at the stranger, not at a rank that never came */
+static int auth_impostor_fail(const drt_comm_t *c, const char *host, int port, drt_error_t *err)
+{
+    return drt_fail(err, "%s:%d is held by a process that cannot prove this job's secret, "
+                    "not by this job's rank, for %.0f s (DDPRT_TIMEOUT): another job or user "
+                    "took the port (see `ss -ltnp 'sport = :%d'`; with srun, have SLURM reserve "
+                    "ports: MpiParams=ports=LO-HI)", host, port, c->timeout, port);
+}
+
 int auth_connect(drt_comm_t *c, const char *host, int port, uint32_t kind,
                  const hello_t *payload, double deadline, auth_session_t *s, drt_error_t *err)
 {
@@ -200,14 +210,6 @@ void auth_comm_free(drt_comm_t *c)
         return;
     sodium_memzero(c->secret, sizeof(c->secret));
     free(c);
-}
-
-int auth_impostor_fail(const drt_comm_t *c, const char *host, int port, drt_error_t *err)
-{
-    return drt_fail(err, "%s:%d is held by a process that cannot prove this job's secret, "
-                    "not by this job's rank, for %.0f s (DDPRT_TIMEOUT): another job or user "
-                    "took the port (see `ss -ltnp 'sport = :%d'`; with srun, have SLURM reserve "
-                    "ports: MpiParams=ports=LO-HI)", host, port, c->timeout, port);
 }
 
 /* ---- server ---------------------------------------------------------------- */

@@ -103,7 +103,6 @@ int net_connect(const char *host, int port, double deadline, drt_error_t *err);
 /* from the local address src (network order; 0: the kernel's choice) */
 int net_connect_from(const char *host, int port, uint32_t src, double deadline,
                      drt_error_t *err);
-int net_accept(int lfd, double deadline, drt_error_t *err);
 int net_send_all(int fd, const void *buf, size_t len, double deadline);
 int net_recv_all(int fd, void *buf, size_t len, double deadline);
 void net_tune(int fd);
@@ -142,7 +141,6 @@ int auth_connect(drt_comm_t *c, const char *host, int port, uint32_t kind,
 int auth_connect_from(drt_comm_t *c, uint32_t src, const char *host, int port, uint32_t kind,
                       const hello_t *payload, double deadline, auth_session_t *s,
                       drt_error_t *err);
-int auth_impostor_fail(const drt_comm_t *c, const char *host, int port, drt_error_t *err);
 int auth_serve(drt_comm_t *c, int lfd, uint32_t kind, double deadline, auth_take_fn take,
                void *ctx, drt_error_t *err);
 /* the same, also ending (0) once wake_fd is readable (-1: never) */

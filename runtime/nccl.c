@@ -37,14 +37,9 @@ int nccl_begin(struct gpu *g, const nccl_group_t *ng, drt_error_t *err)
     return -1;
 }
 
-int nccl_settle(struct gpu *g, nccl_group_t *ng, ncclResult_t rc, const char *what,
-                drt_error_t *err)
-{
-    return nccl_settle_op(g, ng, rc, what, NULL, err);
-}
-
-int nccl_settle_op(struct gpu *g, nccl_group_t *ng, ncclResult_t rc, const char *what,
-                   ncclRedOp_t *op, drt_error_t *err)
+/* nccl_settle (gpu.h), then destroys *op (when given) before letting the comm go */
+static int nccl_settle_op(struct gpu *g, nccl_group_t *ng, ncclResult_t rc,
+                          const char *what, ncclRedOp_t *op, drt_error_t *err)
 {
     const cuda_api_t *a = g->api;
     double deadline = drt_now() + g->c->timeout;
@@ -76,6 +71,12 @@ int nccl_settle_op(struct gpu *g, nccl_group_t *ng, ncclResult_t rc, const char 
     return gpu_fail(g, err, "ddprt: GPU collective #%llu: %s on the NCCL %s communicator "
                     "failed: %s%s%s", (unsigned long long)g->c->seq, what, ng->name,
                     a->ncclGetErrorString(rc), *last ? ": " : "", last);
+}
+
+int nccl_settle(struct gpu *g, nccl_group_t *ng, ncclResult_t rc, const char *what,
+                drt_error_t *err)
+{
+    return nccl_settle_op(g, ng, rc, what, NULL, err);
 }
 
 int gpu_wait_event(struct gpu *g, cudaEvent_t ev, const char *what, drt_error_t *err)

@@ -185,21 +185,6 @@ int net_connect_from(const char *host, int port, uint32_t src, double deadline,
     return NET_EANSWER;
 }
 
-int net_accept(int lfd, double deadline, drt_error_t *err)
-{
-    for (;;) {
-        int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-        if (fd >= 0) {
-            net_tune(fd);
-            return fd;
-        }
-        if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
-            return drt_fail(err, "accept failed: %s", strerror(errno));
-        if (wait_fd(lfd, POLLIN, deadline) <= 0)
-            return drt_fail(err, "timed out");
-    }
-}
-
 /* All of buf, or -1 on error, EOF or the deadline. */
 static int io_all(int fd, char *p, size_t len, double deadline, int sending)
 {
