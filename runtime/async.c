@@ -44,9 +44,9 @@ static void *progress(void *arg)
             break;
         r = c->queue_head;
         pthread_mutex_unlock(&c->lock);
-        r->t_start = drt_now();
+        r->t_start = rt_now();
         r->rc = coll_allreduce(c, r->send, r->recv, r->count, r->dtype, r->op, &r->err);
-        r->t_end = drt_now();
+        r->t_end = rt_now();
         pthread_mutex_lock(&c->lock);
         c->queue_head = r->next;
         if (!c->queue_head)
@@ -64,14 +64,14 @@ int drt_iallreduce(drt_comm_t *c, const void *send, void *recv, size_t count, dr
     drt_request_t *r = calloc(1, sizeof(*r));
 
     if (!r)
-        return drt_fail(err, "out of memory");
+        return rt_fail(err, "out of memory");
     *r = (drt_request_t){.comm = c, .send = send, .recv = recv, .count = count, .dtype = t, .op = op};
     pthread_mutex_lock(&c->lock);
     if (!c->thread_started) {
         if (pthread_create(&c->thread, NULL, progress, c) != 0) {
             pthread_mutex_unlock(&c->lock);
             free(r);
-            return drt_fail(err, "cannot start the progress thread");
+            return rt_fail(err, "cannot start the progress thread");
         }
         c->thread_started = 1;
     }
