@@ -320,7 +320,7 @@ static int wait_all(drt_buckets_t *b, int rc, drt_error_t *err)
 
     for (int k = 0; k < b->next; k++) {
         bucket_t *bk = &b->bk[k];
-        int w = b->device ? drt_wait(bk->req, &e) : async_wait_timed(bk->req, &bk->busy, &e);
+        int w = b->device ? drt_wait(bk->req, &e) : request_wait_timed(bk->req, &bk->busy, &e);
         if (b->device)
             bk->busy = rt_now() - bk->started;
         if (w < 0 && rc == 0) {

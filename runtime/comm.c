@@ -113,7 +113,7 @@ void drt_finalize(drt_comm_t *c)
 {
     if (!c)
         return;
-    drt_async_stop(c);
+    request_stop(c);
     gpu_finalize(c); /* its watchdog reads the channels and the notice socket */
     pmix_finalize(c);
     for (int r = 0; c->chan && r < c->size; r++)

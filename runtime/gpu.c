@@ -264,7 +264,7 @@ int drt_gpu_allreduce(drt_comm_t *c, const void *send, void *recv, size_t count,
 
     if (check_args(t, op, err) < 0 || drt_gpu_attach(c, -1, err) < 0)
         return -1;
-    async_drain(c); /* auto's fences and a host rail use the CPU groups */
+    request_drain(c); /* auto's fences and a host rail use the CPU groups */
     g = c->gpu;
     c->seq++;
     if (!count)
@@ -287,7 +287,7 @@ int drt_gpu_iallreduce(drt_comm_t *c, const void *send, void *recv, size_t count
     if (drt_gpu_allreduce(c, send, recv, count, t, op, stream, err) < 0 ||
         !(q = gpu_req_new(c->gpu, stream, err)))
         return -1;
-    if (!(*req = async_gpu_request(c, q))) {
+    if (!(*req = request_gpu(c, q))) {
         gpu_req_free(q);
         return rt_fail(err, "out of memory");
     }

@@ -6,7 +6,7 @@
  * Names: drt_ and DRT_ are the public API's (ddprt.h, and the launchers'
  * contract.h); nothing internal takes them, so the prefix alone says what a
  * user may call. A file's internal functions carry its module's prefix
- * (net_ in net.c, auth_ in auth.c, ...); the helpers every file shares
+ * (net_ in net.c, request_ in request.c, ...); the helpers every file shares
  * (util.c: errors, log lines, the clock; reduce.c: the reductions) carry
  * rt_, and the constants defined here for all of them RT_. */
 #ifndef DDPRT_INTERNAL_H
@@ -209,7 +209,7 @@ int cpu_fence(drt_comm_t *c, drt_error_t *err); /* a barrier outside the count *
 int cpu_agree_max(drt_comm_t *c, double *v, size_t n, drt_error_t *err);
 
 /* coll.c: the collectives on host buffers; the public drt_* wrappers
- * (async.c) first wait for outstanding non-blocking requests */
+ * (blocking.c) first wait for outstanding non-blocking requests */
 int coll_allreduce(drt_comm_t *c, const void *send, void *recv, size_t count, drt_dtype_t t,
                    drt_op_t op, drt_error_t *err);
 int coll_broadcast(drt_comm_t *c, void *buf, size_t bytes, int root, drt_error_t *err);
@@ -218,20 +218,20 @@ int coll_reduce_scatter(drt_comm_t *c, const void *send, void *recv, size_t coun
                         drt_dtype_t t, drt_op_t op, drt_error_t *err);
 int coll_barrier(drt_comm_t *c, drt_error_t *err);
 
-/* async.c */
-void drt_async_stop(drt_comm_t *c);
+/* request.c: the non-blocking requests and their progress thread */
+void request_stop(drt_comm_t *c); /* ends the thread (drt_finalize) */
 /* until every queued non-blocking request is done: before anything else
  * uses the CPU groups (blocking collectives, the GPU path's fences) */
-void async_drain(drt_comm_t *c);
+void request_drain(drt_comm_t *c);
 /* drt_wait of a host (not GPU) request, and how long the progress thread spent on it */
-int async_wait_timed(drt_request_t *r, double *busy, drt_error_t *err);
+int request_wait_timed(drt_request_t *r, double *busy, drt_error_t *err);
 
 /* gpu.c: the GPU path's state, freed by drt_finalize (after aborting
  * outstanding NCCL work) */
 void gpu_finalize(drt_comm_t *c);
-/* drt_gpu_iallreduce's requests: async.c wraps them, gpu.c polls them */
+/* drt_gpu_iallreduce's requests: request.c wraps them, gpu.c polls them */
 struct gpu_req;
-drt_request_t *async_gpu_request(drt_comm_t *c, struct gpu_req *g);
+drt_request_t *request_gpu(drt_comm_t *c, struct gpu_req *g);
 int gpu_req_test(struct gpu_req *g, int *done, drt_error_t *err);
 int gpu_req_wait(struct gpu_req *g, drt_error_t *err); /* frees g */
 /* device memory for the gradient buckets (bucket.c), on the communicators'
