@@ -56,7 +56,7 @@ static int hier_once(coll_set_t *s, const coll_args_t *x, drt_error_t *err)
     int rc = -1;
 
     if (!sp)
-        return drt_fail(err, "out of memory");
+        return rt_fail(err, "out of memory");
     algo_balanced(sp, node->n, 0, x->count, x->esize);
     if (node->ops->reduce_scatter(s, node, &sum, sp, err) == 0 &&
         rail_span(s, x, &sp[node->me], err) == 0 &&
@@ -99,7 +99,7 @@ static int pipe_plan(coll_set_t *s, const coll_args_t *x, size_t unit, pipe_plan
     if (!p->node || !p->jobs) {
         free(p->node);
         free(p->jobs);
-        return drt_fail(err, "out of memory");
+        return rt_fail(err, "out of memory");
     }
     algo_balanced(seg, p->nseg, 0, x->count / unit, x->esize * unit);
     for (int k = 0; k < p->nseg; k++) {

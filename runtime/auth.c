@@ -101,7 +101,7 @@ enum { HS_OK = 0, HS_IO = -1, HS_IMPOSTOR = -2 };
 static int client_handshake(drt_comm_t *c, int fd, uint32_t kind, const hello_t *payload,
                             double deadline, auth_session_t *s)
 {
-    auth_hello_t h = {.magic = DRT_MAGIC, .kind = kind};
+    auth_hello_t h = {.magic = RT_MAGIC, .kind = kind};
     auth_reply_t r;
     auth_proof_t p;
 
@@ -112,7 +112,7 @@ static int client_handshake(drt_comm_t *c, int fd, uint32_t kind, const hello_t 
         net_recv_all(fd, &r, sizeof(r), deadline) < 0)
         return HS_IO;
     memcpy(s->ns, r.nonce, AUTH_NONCE);
-    if (r.magic != DRT_MAGIC || r.kind != kind ||
+    if (r.magic != RT_MAGIC || r.kind != kind ||
         !auth_check(c, "ddprt server", s, sizeof(*s), NULL, 0, r.mac))
         return HS_IMPOSTOR;
     p.payload = *payload;
@@ -125,6 +125,16 @@ static void pause_for(double seconds)
     struct timespec ts = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
 
     nanosleep(&ts, NULL);
+}
+
+/* the deadline passed with an impostor answering on the port: name it, so
+ * the job's failure points at the stranger, not at a rank that never came */
+static int auth_impostor_fail(const drt_comm_t *c, const char *host, int port, drt_error_t *err)
+{
+    return rt_fail(err, "%s:%d is held by a process that cannot prove this job's secret, "
+                   "not by this job's rank, for %.0f s (DDPRT_TIMEOUT): another job or user "
+                   "took the port (see `ss -ltnp 'sport = :%d'`; with srun, have SLURM reserve "
+                   "ports: MpiParams=ports=LO-HI)", host, port, c->timeout, port);
 }
 
 int auth_connect(drt_comm_t *c, const char *host, int port, uint32_t kind,
@@ -146,19 +156,19 @@ int auth_connect_from(drt_comm_t *c, uint32_t src, const char *host, int port, u
         if (fd < 0)
             return fd; /* NET_EANSWER, NET_ELOCAL or NET_ERESOLVE */
         rc = client_handshake(c, fd, kind, payload,
-                              drt_now() + AUTH_WAIT < deadline ? drt_now() + AUTH_WAIT : deadline, s);
+                              rt_now() + AUTH_WAIT < deadline ? rt_now() + AUTH_WAIT : deadline, s);
         if (rc == HS_OK)
             return fd;
         close(fd);
         if (rc == HS_IMPOSTOR && !impostor++)
-            drt_warn(c, "%s:%d answered without proving this job's secret: a process outside "
-                     "this job holds that port; nothing was sent to it, retrying until %.0f s "
-                     "(DDPRT_TIMEOUT) have passed", host, port, c->timeout);
-        if (drt_now() + 0.2 >= deadline && impostor)
+            rt_warn(c, "%s:%d answered without proving this job's secret: a process outside "
+                    "this job holds that port; nothing was sent to it, retrying until %.0f s "
+                    "(DDPRT_TIMEOUT) have passed", host, port, c->timeout);
+        if (rt_now() + 0.2 >= deadline && impostor)
             return auth_impostor_fail(c, host, port, err), AUTH_EIMPOSTOR;
-        if (drt_now() + 0.2 >= deadline)
-            return drt_fail(err, "no handshake with %s:%d (connection closed or timed out)",
-                            host, port), AUTH_EHANDSHAKE;
+        if (rt_now() + 0.2 >= deadline)
+            return rt_fail(err, "no handshake with %s:%d (connection closed or timed out)",
+                           host, port), AUTH_EHANDSHAKE;
         pause_for(0.2);
     }
 }
@@ -170,18 +180,18 @@ drt_comm_t *auth_comm_bare(const drt_env_t *env, double timeout, drt_error_t *er
     drt_comm_t *c;
 
     if (auth_ready() < 0)
-        return drt_fail(err, "libsodium failed to initialise (no randomness source?)"), NULL;
+        return rt_fail(err, "libsodium failed to initialise (no randomness source?)"), NULL;
     if (!hex || strlen(hex) != 2 * DRT_SECRET_LEN)
-        return drt_fail(err, DRT_ENV_SECRET " is %s (%d hex digits; launchers set it: srun "
-                        "--ddp-topo, ddp-run)", hex ? "malformed" : "not set",
-                        2 * DRT_SECRET_LEN), NULL;
+        return rt_fail(err, DRT_ENV_SECRET " is %s (%d hex digits; launchers set it: srun "
+                       "--ddp-topo, ddp-run)", hex ? "malformed" : "not set",
+                       2 * DRT_SECRET_LEN), NULL;
     if (!(c = calloc(1, sizeof(*c))))
-        return drt_fail(err, "out of memory"), NULL;
+        return rt_fail(err, "out of memory"), NULL;
     if (sodium_hex2bin(c->secret, DRT_SECRET_LEN, hex, strlen(hex), NULL, &n, &end) != 0 ||
         n != DRT_SECRET_LEN || *end) {
         auth_comm_free(c);
-        return drt_fail(err, DRT_ENV_SECRET " is malformed (%d hex digits)",
-                        2 * DRT_SECRET_LEN), NULL;
+        return rt_fail(err, DRT_ENV_SECRET " is malformed (%d hex digits)",
+                       2 * DRT_SECRET_LEN), NULL;
     }
     c->env = *env;
     c->rank = (int)env->rank;
@@ -200,19 +210,11 @@ void auth_comm_free(drt_comm_t *c)
     free(c);
 }
 
-int auth_impostor_fail(const drt_comm_t *c, const char *host, int port, drt_error_t *err)
-{
-    return drt_fail(err, "%s:%d is held by a process that cannot prove this job's secret, "
-                    "not by this job's rank, for %.0f s (DDPRT_TIMEOUT): another job or user "
-                    "took the port (see `ss -ltnp 'sport = :%d'`; with srun, have SLURM reserve "
-                    "ports: MpiParams=ports=LO-HI)", host, port, c->timeout, port);
-}
-
 /* ---- server ---------------------------------------------------------------- */
 
 static void drop(drt_comm_t *c, pending_t *p, int n, int i, const char *why)
 {
-    drt_log(c, "closed a connection that %s", why);
+    rt_log(c, "closed a connection that %s", why);
     close(p[i].fd);
     p[i] = p[n - 1];
 }
@@ -234,7 +236,7 @@ static int accept_new(drt_comm_t *c, int lfd, pending_t *p, int n)
         }
         memset(&p[n], 0, sizeof(p[n]));
         p[n].fd = fd;
-        p[n].until = drt_now() + AUTH_WAIT;
+        p[n].until = rt_now() + AUTH_WAIT;
         n++;
     }
 }
@@ -242,9 +244,9 @@ static int accept_new(drt_comm_t *c, int lfd, pending_t *p, int n)
 /* The hello has arrived: answer with our nonce and proof. */
 static int answer(drt_comm_t *c, pending_t *q, uint32_t kind)
 {
-    auth_reply_t r = {.magic = DRT_MAGIC, .kind = kind};
+    auth_reply_t r = {.magic = RT_MAGIC, .kind = kind};
 
-    if (q->in.hello.magic != DRT_MAGIC || q->in.hello.kind != kind)
+    if (q->in.hello.magic != RT_MAGIC || q->in.hello.kind != kind)
         return -1;
     q->s.kind = kind;
     memcpy(q->s.nc, q->in.hello.nonce, AUTH_NONCE);
@@ -288,7 +290,7 @@ static int next_wake(const pending_t *p, int n, double deadline)
     for (int i = 0; i < n; i++)
         if (p[i].until < t)
             t = p[i].until;
-    left = t - drt_now();
+    left = t - rt_now();
     return left <= 0 ? 0 : left > 1 ? 1000 : (int)(left * 1000) + 1;
 }
 
@@ -308,16 +310,16 @@ int auth_serve_wake(drt_comm_t *c, int lfd, uint32_t kind, double deadline, int 
     int n = 0, rc = -1;
 
     if (!p || !fds) {
-        drt_fail(err, "out of memory");
+        rt_fail(err, "out of memory");
         goto out;
     }
-    while (drt_now() < deadline) {
+    while (rt_now() < deadline) {
         fds[0] = (struct pollfd){.fd = lfd, .events = POLLIN};
         fds[1] = (struct pollfd){.fd = wake_fd, .events = POLLIN}; /* -1: poll skips it */
         for (int i = 0; i < n; i++)
             fds[i + 2] = (struct pollfd){.fd = p[i].fd, .events = POLLIN};
         if (poll(fds, (nfds_t)n + 2, next_wake(p, n, deadline)) < 0 && errno != EINTR) {
-            drt_fail(err, "poll failed: %s", strerror(errno));
+            rt_fail(err, "poll failed: %s", strerror(errno));
             goto out;
         }
         if (fds[1].revents) {
@@ -327,7 +329,7 @@ int auth_serve_wake(drt_comm_t *c, int lfd, uint32_t kind, double deadline, int 
         for (int i = n - 1; i >= 0; i--) {
             const char *why = "did not finish the handshake in time";
             int r = fds[i + 2].revents ? advance(c, &p[i], kind, &why) : 0;
-            if (r == 0 && drt_now() > p[i].until)
+            if (r == 0 && rt_now() > p[i].until)
                 r = -1;
             if (r < 0) {
                 drop(c, p, n--, i, why);
@@ -343,7 +345,7 @@ int auth_serve_wake(drt_comm_t *c, int lfd, uint32_t kind, double deadline, int 
         if (fds[0].revents)
             n = accept_new(c, lfd, p, n);
     }
-    drt_fail(err, "timed out");
+    rt_fail(err, "timed out");
 out:
     for (int i = 0; p && i < n; i++)
         close(p[i].fd);

@@ -114,9 +114,9 @@ static int trial(coll_set_t *s, auto_class_t *k, const coll_args_t *x, drt_error
     if (rc < 0 || fenced_run(s, k, DRT_ALGO_HIER, x, err) < 0 || agree(s, k, times, err) < 0)
         return -1;
     k->choice = times[1] < times[0] ? DRT_ALGO_HIER : DRT_ALGO_FLAT;
-    drt_log(s->c, "auto: messages of %zu+ bytes: flat %.1f us, hier %.1f us: %s",
-            (size_t)1 << (k - s->sizes), times[0] * 1e6, times[1] * 1e6,
-            drt_algo_name((drt_algo_t)k->choice));
+    rt_log(s->c, "auto: messages of %zu+ bytes: flat %.1f us, hier %.1f us: %s",
+           (size_t)1 << (k - s->sizes), times[0] * 1e6, times[1] * 1e6,
+           drt_algo_name((drt_algo_t)k->choice));
     return 0;
 }
 
@@ -142,10 +142,10 @@ static int recheck(coll_set_t *s, auto_class_t *k, const coll_args_t *x, int sec
     if (fenced_run(s, k, cur, x, err) < 0 || agree(s, k, times, err) < 0)
         return -1;
     change = times[slot(other)] < SWITCH_MARGIN * times[slot(cur)];
-    drt_log(s->c, "auto: messages of %zu+ bytes: re-check at call %u: flat %.1f us, hier %.1f us "
-            "(medians): %s %s", (size_t)1 << (k - s->sizes), k->calls - 1, times[0] * 1e6,
-            times[1] * 1e6, change ? "switching to" : "keeping",
-            drt_algo_name(change ? other : cur));
+    rt_log(s->c, "auto: messages of %zu+ bytes: re-check at call %u: flat %.1f us, hier %.1f us "
+           "(medians): %s %s", (size_t)1 << (k - s->sizes), k->calls - 1, times[0] * 1e6,
+           times[1] * 1e6, change ? "switching to" : "keeping",
+           drt_algo_name(change ? other : cur));
     if (change) {
         k->choice = other;
         k->calls = 0;

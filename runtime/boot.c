@@ -59,14 +59,14 @@ static int choose_ip(const drt_comm_t *c, uint32_t *ip, drt_error_t *err)
 
     if (contract_iface_choose(c->env.master_addr, c->env.node_count, getenv(DRT_ENV_IFNAME),
                               getenv(DRT_ENV_GLOO_IFNAME), &ifc, why, sizeof(why)) < 0)
-        return drt_fail(err, "%s", why);
+        return rt_fail(err, "%s", why);
     *ip = ifc.ip;
     inet_ntop(AF_INET, ip, text, sizeof(text));
     if (ifc.how == CONTRACT_IF_NAMED)
-        drt_log(c, "data connections on %s (%s, from %s)", ifc.name, text, ifc.var);
+        rt_log(c, "data connections on %s (%s, from %s)", ifc.name, text, ifc.var);
     else if (ifc.how == CONTRACT_IF_FALLBACK)
-        drt_log(c, "MASTER_ADDR %s is loopback here; other nodes reach this one at %s",
-                c->env.master_addr, text);
+        rt_log(c, "MASTER_ADDR %s is loopback here; other nodes reach this one at %s",
+               c->env.master_addr, text);
     return 0;
 }
 
@@ -86,10 +86,10 @@ static int take_rank(void *ctx, int fd, const auth_session_t *s, const hello_t *
 
     if ((int)h->size != g->c->size || h->rank == 0 || (int)h->rank >= g->c->size ||
         g->fds[h->rank] >= 0) {
-        drt_log(g->c, "closed a connection claiming rank %u of %u (this job has %d ranks%s)",
-                h->rank, h->size, g->c->size,
-                (int)h->rank < g->c->size && h->rank && g->fds[h->rank] >= 0 ? ", that one "
-                "has arrived" : "");
+        rt_log(g->c, "closed a connection claiming rank %u of %u (this job has %d ranks%s)",
+               h->rank, h->size, g->c->size,
+               (int)h->rank < g->c->size && h->rank && g->fds[h->rank] >= 0 ? ", that one "
+               "has arrived" : "");
         close(fd);
         return 0;
     }
@@ -119,12 +119,12 @@ static int listen_retrying(const drt_comm_t *c, double deadline, drt_error_t *er
 
     for (;;) {
         int fd = net_listen(c->env.runtime_port, NULL, err);
-        if (fd >= 0 || errno != EADDRINUSE || drt_now() + 0.2 >= deadline)
+        if (fd >= 0 || errno != EADDRINUSE || rt_now() + 0.2 >= deadline)
             return fd;
         if (!warned++)
-            drt_warn(c, "%s %u is in use on this node by a process outside this "
-                     "job; retrying until %.0f s (DDPRT_TIMEOUT) have passed", port_var(),
-                     c->env.runtime_port, c->timeout);
+            rt_warn(c, "%s %u is in use on this node by a process outside this "
+                    "job; retrying until %.0f s (DDPRT_TIMEOUT) have passed", port_var(),
+                    c->env.runtime_port, c->timeout);
         struct timespec ts = {0, 200000000};
         nanosleep(&ts, NULL);
     }
@@ -166,7 +166,7 @@ static int send_tables(drt_comm_t *c, const gather_t *g, double deadline, drt_er
         auth_mac(c, "ddprt table", &g->sess[r], sizeof(auth_session_t), g->tab, bytes, mac);
         if (net_send_all(g->fds[r], g->tab, bytes, deadline) < 0 ||
             net_send_all(g->fds[r], mac, sizeof(mac), deadline) < 0)
-            rc = drt_fail(err, "bootstrap: cannot send the table to rank %d", r);
+            rc = rt_fail(err, "bootstrap: cannot send the table to rank %d", r);
     }
     return rc;
 }
@@ -174,7 +174,7 @@ static int send_tables(drt_comm_t *c, const gather_t *g, double deadline, drt_er
 static int gather_as_root(drt_comm_t *c, int port, uint32_t ip, endpoint_t *tab,
                           drt_error_t *err)
 {
-    double deadline = drt_now() + c->timeout;
+    double deadline = rt_now() + c->timeout;
     gather_t g = {c, tab, calloc((size_t)c->size, sizeof(int)), 1,
                   calloc((size_t)c->size, sizeof(auth_session_t))};
     char *seen = calloc((size_t)c->size, 1), missing[256];
@@ -190,9 +190,9 @@ static int gather_as_root(drt_comm_t *c, int port, uint32_t ip, endpoint_t *tab,
         for (int r = 0; r < c->size; r++)
             seen[r] = r == 0 || g.fds[r] >= 0;
         list_missing(seen, c->size, missing, sizeof(missing));
-        drt_fail(err, "bootstrap: rank%s %s never arrived at %s:%u within %.0f s (DDPRT_TIMEOUT)",
-                 strchr(missing, ',') ? "s" : "", missing, c->env.master_addr,
-                 c->env.runtime_port, c->timeout);
+        rt_fail(err, "bootstrap: rank%s %s never arrived at %s:%u within %.0f s (DDPRT_TIMEOUT)",
+                strchr(missing, ',') ? "s" : "", missing, c->env.master_addr,
+                c->env.runtime_port, c->timeout);
         goto out;
     }
     rc = send_tables(c, &g, deadline, err);
@@ -211,7 +211,7 @@ out:
 static int gather_as_client(drt_comm_t *c, int port, uint32_t ip, endpoint_t *tab,
                             drt_error_t *err)
 {
-    double deadline = drt_now() + c->timeout;
+    double deadline = rt_now() + c->timeout;
     size_t bytes = sizeof(endpoint_t) * (size_t)c->size;
     unsigned char mac[AUTH_MAC];
     auth_session_t s;
@@ -222,23 +222,23 @@ static int gather_as_client(drt_comm_t *c, int port, uint32_t ip, endpoint_t *ta
     hello_fill(c, &h, port, ip);
     fd = auth_connect(c, c->env.master_addr, c->env.runtime_port, AUTH_BOOT, &h, deadline, &s, &why);
     if (fd == NET_ERESOLVE)
-        return drt_fail(err, "bootstrap: MASTER_ADDR: %.200s (set it to a name or IPv4 address "
-                        "that every node resolves)", why.text);
+        return rt_fail(err, "bootstrap: MASTER_ADDR: %.200s (set it to a name or IPv4 address "
+                       "that every node resolves)", why.text);
     if (fd == AUTH_EIMPOSTOR)
-        return drt_fail(err, "bootstrap: %s", why.text);
+        return rt_fail(err, "bootstrap: %s", why.text);
     if (fd < 0)
-        return drt_fail(err, "bootstrap: rank 0 at %s:%u did not answer within %.0f s "
-                        "(DDPRT_TIMEOUT)", c->env.master_addr, c->env.runtime_port, c->timeout);
+        return rt_fail(err, "bootstrap: rank 0 at %s:%u did not answer within %.0f s "
+                       "(DDPRT_TIMEOUT)", c->env.master_addr, c->env.runtime_port, c->timeout);
     if (net_recv_all(fd, tab, bytes, deadline) < 0 || net_recv_all(fd, mac, sizeof(mac), deadline) < 0) {
         close(fd);
-        return drt_fail(err, "bootstrap: rank 0 at %s:%u closed the connection or timed out "
-                        "(other ranks missing? the same WORLD_SIZE everywhere?)",
-                        c->env.master_addr, c->env.runtime_port);
+        return rt_fail(err, "bootstrap: rank 0 at %s:%u closed the connection or timed out "
+                       "(other ranks missing? the same WORLD_SIZE everywhere?)",
+                       c->env.master_addr, c->env.runtime_port);
     }
     close(fd);
     if (!auth_check(c, "ddprt table", &s, sizeof(s), tab, bytes, mac))
-        return drt_fail(err, "bootstrap: the table from %s:%u fails its check (corrupted in "
-                        "transit?)", c->env.master_addr, c->env.runtime_port);
+        return rt_fail(err, "bootstrap: the table from %s:%u fails its check (corrupted in "
+                       "transit?)", c->env.master_addr, c->env.runtime_port);
     return 0;
 }
 
@@ -271,7 +271,7 @@ static int take_peer(void *ctx, int fd, const auth_session_t *s, const hello_t *
     (void)s;
     if ((int)h->size != c->size || (int)h->rank >= c->size || (int)h->rank <= c->rank ||
         !needs_tcp(c, (int)h->rank) || c->chan[h->rank].fd >= 0) {
-        drt_log(c, "closed an unexpected connection from rank %u", h->rank);
+        rt_log(c, "closed an unexpected connection from rank %u", h->rank);
         close(fd);
         return 0;
     }
@@ -283,7 +283,7 @@ static int take_peer(void *ctx, int fd, const auth_session_t *s, const hello_t *
 /* Lower ranks accept, higher ranks connect: each pair makes one connection. */
 static int connect_peers(drt_comm_t *c, int lfd, const endpoint_t *tab, drt_error_t *err)
 {
-    double deadline = drt_now() + c->timeout;
+    double deadline = rt_now() + c->timeout;
     peers_t w = {c, 0};
     drt_error_t why;
     hello_t h;
@@ -301,15 +301,15 @@ static int connect_peers(drt_comm_t *c, int lfd, const endpoint_t *tab, drt_erro
         }
         inet_ntop(AF_INET, &tab[p].ip, host, sizeof(host));
         if ((fd = auth_connect(c, host, (int)tab[p].port, AUTH_DATA, &h, deadline, &s, &why)) < 0)
-            return drt_fail(err, "cannot connect to rank %d at %s:%u: %.200s", p, host,
-                            tab[p].port, why.text);
-        drt_log(c, "connected to rank %d at %s:%u", p, host, tab[p].port);
+            return rt_fail(err, "cannot connect to rank %d at %s:%u: %.200s", p, host,
+                           tab[p].port, why.text);
+        rt_log(c, "connected to rank %d at %s:%u", p, host, tab[p].port);
         c->chan[p].fd = fd;
         c->chan[p].tp = &xfer_tcp;
     }
     if (w.expect > 0 && auth_serve(c, lfd, AUTH_DATA, deadline, take_peer, &w, err) < 0)
-        return drt_fail(err, "ranks that should connect to rank %d did not within %.0f s",
-                        c->rank, c->timeout);
+        return rt_fail(err, "ranks that should connect to rank %d did not within %.0f s",
+                       c->rank, c->timeout);
     return 0;
 }
 
@@ -382,8 +382,8 @@ int boot_exchange(drt_comm_t *c, drt_error_t *err)
 
     if (!tab || lfd < 0 || choose_ip(c, &ip, err) < 0)
         goto out;
-    drt_log(c, pmix_wanted() ? "bootstrap through PMIx" : "bootstrap through TCP at %s:%u",
-            c->env.master_addr, c->env.runtime_port);
+    rt_log(c, pmix_wanted() ? "bootstrap through PMIx" : "bootstrap through TCP at %s:%u",
+           c->env.master_addr, c->env.runtime_port);
     if ((pmix_wanted() ? gather_pmix(c, port, ip, tab, err)
          : c->rank == 0 ? gather_as_root(c, port, ip, tab, err)
                         : gather_as_client(c, port, ip, tab, err)) < 0)

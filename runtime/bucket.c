@@ -72,7 +72,7 @@ static int mem_alloc(drt_buckets_t *b, size_t bytes, unsigned char **p, drt_erro
     if (b->device && gpu_buf_alloc(b->c, bytes, &v, err) < 0)
         return -1;
     if (!b->device && !(v = calloc(1, bytes)))
-        return drt_fail(err, "out of memory for a %zu-byte bucket", bytes);
+        return rt_fail(err, "out of memory for a %zu-byte bucket", bytes);
     *p = v;
     return 0;
 }
@@ -112,7 +112,7 @@ static int env_bytes(const char *name, size_t dflt, size_t *out, drt_error_t *er
         return 0;
     mb = strtod(s, &end);
     if (end == s || *end || !(mb > 0) || mb > 1e6)
-        return drt_fail(err, "%s='%.40s' is not a positive number of MiB", name, s);
+        return rt_fail(err, "%s='%.40s' is not a positive number of MiB", name, s);
     *out = (size_t)(mb * (1 << 20));
     return 0;
 }
@@ -124,10 +124,10 @@ int drt_buckets_create(drt_comm_t *c, size_t cap, size_t first_cap, drt_op_t op,
 
     *out = NULL;
     if ((unsigned)op > DRT_MAX)
-        return drt_fail(err, "drt_buckets_create: unknown reduction %d", (int)op);
+        return rt_fail(err, "drt_buckets_create: unknown reduction %d", (int)op);
     b = calloc(1, sizeof(*b));
     if (!b)
-        return drt_fail(err, "out of memory");
+        return rt_fail(err, "out of memory");
     *b = (drt_buckets_t){.c = c, .cap = cap, .first_cap = first_cap, .op = op};
     if ((!cap && env_bytes("DDPRT_BUCKET_MB", DEFAULT_CAP, &b->cap, err) < 0) ||
         (!first_cap && env_bytes("DDPRT_FIRST_BUCKET_MB", DEFAULT_FIRST_CAP, &b->first_cap, err) < 0)) {
@@ -141,7 +141,7 @@ int drt_buckets_create(drt_comm_t *c, size_t cap, size_t first_cap, drt_op_t op,
 int drt_buckets_gpu(drt_buckets_t *b, void *stream, drt_error_t *err)
 {
     if (b->bk)
-        return drt_fail(err, "drt_buckets_gpu: the buckets were packed at the first step");
+        return rt_fail(err, "drt_buckets_gpu: the buckets were packed at the first step");
     if (drt_gpu_attach(b->c, -1, err) < 0)
         return -1;
     b->device = 1;
@@ -152,14 +152,14 @@ int drt_buckets_gpu(drt_buckets_t *b, void *stream, drt_error_t *err)
 int drt_buckets_add(drt_buckets_t *b, void *grad, size_t count, drt_dtype_t t, drt_error_t *err)
 {
     if (b->bk)
-        return drt_fail(err, "drt_buckets_add: the buckets were packed at the first step");
+        return rt_fail(err, "drt_buckets_add: the buckets were packed at the first step");
     if (!drt_dtype_size(t) || !count || count > SIZE_MAX / 8)
-        return drt_fail(err, "drt_buckets_add: bad gradient (%zu elements of dtype %d)", count, (int)t);
+        return rt_fail(err, "drt_buckets_add: bad gradient (%zu elements of dtype %d)", count, (int)t);
     if (b->ng == b->gcap) {
         int n = b->gcap ? 2 * b->gcap : 64;
         grad_t *g = realloc(b->g, (size_t)n * sizeof(*g));
         if (!g)
-            return drt_fail(err, "out of memory");
+            return rt_fail(err, "out of memory");
         b->g = g;
         b->gcap = n;
     }
@@ -172,7 +172,7 @@ static int pack(drt_buckets_t *b, drt_error_t *err)
 {
     b->bk = calloc((size_t)b->ng + 1, sizeof(bucket_t));
     if (!b->bk)
-        return drt_fail(err, "out of memory");
+        return rt_fail(err, "out of memory");
     for (int i = b->ng - 1; i >= 0; i--) {
         grad_t *g = &b->g[i];
         size_t sz = g->count * drt_dtype_size(g->t);
@@ -183,8 +183,8 @@ static int pack(drt_buckets_t *b, drt_error_t *err)
             k->t = g->t;
         }
         if (sz > SIZE_MAX - k->bytes)
-            return drt_fail(err, "drt_buckets: gradient %d does not fit a bucket (%zu bytes after %zu)",
-                            i, sz, k->bytes);
+            return rt_fail(err, "drt_buckets: gradient %d does not fit a bucket (%zu bytes after %zu)",
+                           i, sz, k->bytes);
         g->bucket = (int)(k - b->bk);
         g->off = k->bytes;
         k->bytes += sz;
@@ -196,7 +196,7 @@ static int pack(drt_buckets_t *b, drt_error_t *err)
     b->mine = calloc((size_t)b->nb + 1, sizeof(double));
     b->first = calloc((size_t)b->nb, sizeof(double));
     b->all = calloc(((size_t)b->nb + 1) * (size_t)drt_size(b->c), sizeof(double));
-    return b->mine && b->first && b->all ? 0 : drt_fail(err, "out of memory");
+    return b->mine && b->first && b->all ? 0 : rt_fail(err, "out of memory");
 }
 
 static void unpack(drt_buckets_t *b)
@@ -232,9 +232,9 @@ int drt_buckets_count(const drt_buckets_t *b)
 int drt_buckets_begin(drt_buckets_t *b, drt_error_t *err)
 {
     if (b->in_step)
-        return drt_fail(err, "drt_buckets_begin: the previous step was not finished");
+        return rt_fail(err, "drt_buckets_begin: the previous step was not finished");
     if (!b->ng)
-        return drt_fail(err, "drt_buckets_begin: no gradient was added");
+        return rt_fail(err, "drt_buckets_begin: no gradient was added");
     if (!b->bk && pack(b, err) < 0) {
         unpack(b); /* begin may be called again; it packs from scratch */
         return -1;
@@ -248,7 +248,7 @@ int drt_buckets_begin(drt_buckets_t *b, drt_error_t *err)
     }
     b->next = 0;
     b->in_step = 1;
-    b->t_begin = b->t_last_ready = drt_now();
+    b->t_begin = b->t_last_ready = rt_now();
     if (b->ref == 0)
         b->ref = b->t_begin;
     return 0;
@@ -258,7 +258,7 @@ static int start(drt_buckets_t *b, int k, drt_error_t *err)
 {
     bucket_t *bk = &b->bk[k];
 
-    bk->started = drt_now();
+    bk->started = rt_now();
     b->mine[k] = bk->started - b->ref;
     if (b->device)
         return drt_gpu_iallreduce(b->c, bk->buf, bk->buf, bk->count, bk->t, b->op, b->stream,
@@ -281,17 +281,17 @@ int drt_buckets_ready(drt_buckets_t *b, int index, drt_error_t *err)
     grad_t *g;
 
     if (!b->in_step)
-        return drt_fail(err, "drt_buckets_ready(%d): outside a step (call drt_buckets_begin)", index);
+        return rt_fail(err, "drt_buckets_ready(%d): outside a step (call drt_buckets_begin)", index);
     if (index < 0 || index >= b->ng)
-        return drt_fail(err, "drt_buckets_ready(%d): no such gradient (%d were added)", index, b->ng);
+        return rt_fail(err, "drt_buckets_ready(%d): no such gradient (%d were added)", index, b->ng);
     g = &b->g[index];
     if (g->ready)
-        return drt_fail(err, "drt_buckets_ready(%d): marked ready twice in one step", index);
+        return rt_fail(err, "drt_buckets_ready(%d): marked ready twice in one step", index);
     if (g->user && mem_copy(b, b->bk[g->bucket].buf + g->off, g->user,
                             g->count * drt_dtype_size(g->t), err) < 0)
         return -1; /* not ready: finish zeroes it, so the ranks' buckets still match */
     g->ready = 1;
-    b->t_last_ready = drt_now();
+    b->t_last_ready = rt_now();
     b->bk[g->bucket].pending--;
     return start_ready(b, err);
 }
@@ -320,9 +320,9 @@ static int wait_all(drt_buckets_t *b, int rc, drt_error_t *err)
 
     for (int k = 0; k < b->next; k++) {
         bucket_t *bk = &b->bk[k];
-        int w = b->device ? drt_wait(bk->req, &e) : async_wait_timed(bk->req, &bk->busy, &e);
+        int w = b->device ? drt_wait(bk->req, &e) : request_wait_timed(bk->req, &bk->busy, &e);
         if (b->device)
-            bk->busy = drt_now() - bk->started;
+            bk->busy = rt_now() - bk->started;
         if (w < 0 && rc == 0) {
             rc = -1;
             if (err)
@@ -392,11 +392,11 @@ static int exchange(drt_buckets_t *b, drt_step_stats_t *st, drt_error_t *err)
 int drt_buckets_finish(drt_buckets_t *b, drt_step_stats_t *stats, drt_error_t *err)
 {
     drt_step_stats_t st = {0};
-    double t_enter = drt_now(), t_end;
+    double t_enter = rt_now(), t_end;
     int rc;
 
     if (!b->in_step)
-        return drt_fail(err, "drt_buckets_finish: outside a step (call drt_buckets_begin)");
+        return rt_fail(err, "drt_buckets_finish: outside a step (call drt_buckets_begin)");
     b->in_step = 0;
     st.compute_s = (b->next == b->nb ? b->t_last_ready : t_enter) - b->t_begin;
     rc = wait_all(b, start_rest(b, err), err);
@@ -404,7 +404,7 @@ int drt_buckets_finish(drt_buckets_t *b, drt_step_stats_t *stats, drt_error_t *e
         return -1;
     if (copy_back(b, err) < 0 || exchange(b, &st, err) < 0)
         return -1;
-    t_end = drt_now();
+    t_end = rt_now();
     for (int k = 0; k < b->nb; k++) {
         st.comm_s += b->bk[k].busy;
         st.bytes += b->bk[k].bytes;

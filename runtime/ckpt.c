@@ -150,8 +150,8 @@ static const char *write_hint(int e)
 
 static int write_fail(drt_error_t *err, uint64_t step, const char *dir, int e)
 {
-    return drt_fail(err, "checkpoint step %llu to %s: %s (%s)", (unsigned long long)step,
-                    dir, strerror(e), write_hint(e));
+    return rt_fail(err, "checkpoint step %llu to %s: %s (%s)", (unsigned long long)step,
+                   dir, strerror(e), write_hint(e));
 }
 
 static int write_all(int fd, const unsigned char *p, size_t len)
@@ -237,7 +237,7 @@ static void *writer(void *arg)
 {
     drt_ckpt_t *ck = arg;
     uint64_t step = ck->stats.step;
-    double t0 = drt_now();
+    double t0 = rt_now();
     drt_error_t local_err;
 
     crypto_generichash(ck->image + ck->len - CK_SUM, CK_SUM, ck->image, ck->len - CK_SUM, NULL, 0);
@@ -246,9 +246,9 @@ static void *writer(void *arg)
     if (ck->local && write_level(ck->local, step, ck->image, ck->len, ck->keep, &local_err) < 0)
         fprintf(stderr, "ddprt: %s (local level only: DIR %s is written all the same)\n",
                 local_err.text, ck->dir);
-    ck->stats.local_s = ck->local ? drt_now() - t0 : 0;
+    ck->stats.local_s = ck->local ? rt_now() - t0 : 0;
     ck->rc = write_level(ck->dir, step, ck->image, ck->len, ck->keep, &ck->err);
-    ck->stats.write_s = drt_now() - t0;
+    ck->stats.write_s = rt_now() - t0;
     return NULL;
 }
 
@@ -266,15 +266,15 @@ static int check_sections(const drt_ckpt_section_t *sections, int n, size_t *len
 {
     *len = CK_HEAD + CK_SUM;
     if (n < 0 || (n > 0 && !sections))
-        return drt_fail(err, "checkpoint: %d sections (give 0 or more)", n);
+        return rt_fail(err, "checkpoint: %d sections (give 0 or more)", n);
     for (int i = 0; i < n; i++) {
         size_t nl = sections[i].name ? strlen(sections[i].name) : SIZE_MAX;
         if (nl > CK_NAME_MAX || (sections[i].len && !sections[i].data))
-            return drt_fail(err, "checkpoint section %d: %s (a name of 0-%d bytes and "
-                            "data for its length)", i, nl > CK_NAME_MAX ? "bad name" : "no data",
-                            CK_NAME_MAX);
+            return rt_fail(err, "checkpoint section %d: %s (a name of 0-%d bytes and "
+                           "data for its length)", i, nl > CK_NAME_MAX ? "bad name" : "no data",
+                           CK_NAME_MAX);
         if (sections[i].len > SIZE_MAX - *len - 12 - nl)
-            return drt_fail(err, "checkpoint section %s: too large", sections[i].name);
+            return rt_fail(err, "checkpoint section %s: too large", sections[i].name);
         *len += 12 + nl + sections[i].len;
     }
     return 0;
@@ -313,7 +313,7 @@ static int serialize(drt_ckpt_t *ck, uint64_t step, const drt_ckpt_section_t *se
 int drt_ckpt_save(drt_ckpt_t *ck, uint64_t step, const drt_ckpt_section_t *sections, int n,
                   drt_error_t *err)
 {
-    double t0 = drt_now();
+    double t0 = rt_now();
     size_t len;
     int prev;
 
@@ -327,21 +327,21 @@ int drt_ckpt_save(drt_ckpt_t *ck, uint64_t step, const drt_ckpt_section_t *secti
         *err = ck->err;
     ck->reported = 1;
     if (serialize(ck, step, sections, n, len) < 0)
-        return drt_fail(err, "checkpoint step %llu: out of memory for %zu bytes",
-                        (unsigned long long)step, len);
+        return rt_fail(err, "checkpoint step %llu: out of memory for %zu bytes",
+                       (unsigned long long)step, len);
     ck->rc = 0;
     ck->reported = 0;
     memset(&ck->stats, 0, sizeof(ck->stats));
     ck->stats.step = step;
     ck->stats.bytes = len;
     if (pthread_create(&ck->thread, NULL, writer, ck) != 0) {
-        ck->rc = drt_fail(&ck->err, "checkpoint step %llu: cannot start the writer "
-                          "thread (too many threads or too little memory)",
-                          (unsigned long long)step);
+        ck->rc = rt_fail(&ck->err, "checkpoint step %llu: cannot start the writer "
+                         "thread (too many threads or too little memory)",
+                         (unsigned long long)step);
         return drt_ckpt_wait(ck, NULL, err);
     }
     ck->busy = 1;
-    ck->stats.stall_s = drt_now() - t0;
+    ck->stats.stall_s = rt_now() - t0;
     return prev;
 }
 
@@ -362,8 +362,8 @@ int drt_ckpt_wait(drt_ckpt_t *ck, drt_ckpt_stats_t *stats, drt_error_t *err)
 
 static int dir_fail(drt_error_t *err, const char *dir, const char *why)
 {
-    return drt_fail(err, "checkpoint directory %s: %s (give a writable directory)", dir,
-                    why);
+    return rt_fail(err, "checkpoint directory %s: %s (give a writable directory)", dir,
+                   why);
 }
 
 /* mkdir -p, then check it is a directory this process can write */
@@ -374,17 +374,17 @@ static int make_dir(const char *dir, drt_error_t *err)
     size_t len = strlen(dir);
 
     if (!len || len > CK_PATH - 48)
-        return drt_fail(err, "checkpoint directory '%s': %s (choose another)", dir,
-                        len ? "path too long" : "empty path");
+        return rt_fail(err, "checkpoint directory '%s': %s (choose another)", dir,
+                       len ? "path too long" : "empty path");
     memcpy(path, dir, len + 1);
     for (char *p = path + 1; ; p++)
         if (*p == '/' || !*p) {
             char c = *p;
             *p = 0;
             if (mkdir(path, 0755) < 0 && errno != EEXIST)
-                return drt_fail(err, "checkpoint directory %s: cannot create %s: %s "
-                                "(check the permissions, or choose another)", dir, path,
-                                strerror(errno));
+                return rt_fail(err, "checkpoint directory %s: cannot create %s: %s "
+                               "(check the permissions, or choose another)", dir, path,
+                               strerror(errno));
             if (!(*p = c))
                 break;
         }
@@ -439,13 +439,13 @@ static int refuse(drt_error_t *err, const char *dir, const char *path, const str
                                              : "remove it, or chown it if it is yours";
 
     if (why == OTHER_OWNER)
-        return drt_fail(err, "checkpoint directory %s refused: %s %s is owned by %s, not by "
-                        "this run's user (%s) or root (%s)", dir, kind, path[0] ? path : "/",
-                        user_name(st->st_uid, owner, sizeof(owner)),
-                        user_name(geteuid(), me, sizeof(me)), fix);
-    return drt_fail(err, "checkpoint directory %s refused: %s %s is writable by other users "
-                    "(mode %04o) (chmod go-w %s)", dir, kind, path[0] ? path : "/",
-                    (unsigned)(st->st_mode & 07777), path[0] ? path : "/");
+        return rt_fail(err, "checkpoint directory %s refused: %s %s is owned by %s, not by "
+                       "this run's user (%s) or root (%s)", dir, kind, path[0] ? path : "/",
+                       user_name(st->st_uid, owner, sizeof(owner)),
+                       user_name(geteuid(), me, sizeof(me)), fix);
+    return rt_fail(err, "checkpoint directory %s refused: %s %s is writable by other users "
+                   "(mode %04o) (chmod go-w %s)", dir, kind, path[0] ? path : "/",
+                   (unsigned)(st->st_mode & 07777), path[0] ? path : "/");
 }
 
 typedef struct {
@@ -465,8 +465,8 @@ static int follow(walk_t *w, size_t parent_len, drt_error_t *err)
 
     if (n < 0 || ++w->links > CK_LINKS) {
         free(target);
-        return drt_fail(err, "checkpoint directory %s: cannot follow %s: %s (give the path "
-                        "it points to)", w->dir, w->path, n < 0 ? strerror(errno)
+        return rt_fail(err, "checkpoint directory %s: cannot follow %s: %s (give the path "
+                       "it points to)", w->dir, w->path, n < 0 ? strerror(errno)
                                                              : "too many symbolic links");
     }
     target[n] = 0;
@@ -498,8 +498,8 @@ static int walk(walk_t *w, const char *rel, drt_error_t *err)
         w->path[len + 1 + n] = 0;
         p += n;
         if (lstat(w->path, &st) < 0)
-            return drt_fail(err, "checkpoint directory %s: cannot check %s: %s (give an "
-                            "existing directory)", w->dir, w->path, strerror(errno));
+            return rt_fail(err, "checkpoint directory %s: cannot check %s: %s (give an "
+                           "existing directory)", w->dir, w->path, strerror(errno));
         if ((why = trust_of(&st, 0)) != TRUSTED)
             return refuse(err, w->dir, w->path, &st, why);
         if (S_ISLNK(st.st_mode) && follow(w, len, err) < 0)
@@ -522,8 +522,8 @@ static int check_path(const char *dir, drt_error_t *err)
     if ((why = trust_of(&st, 0)) != TRUSTED)
         return refuse(err, dir, "", &st, why);
     if (dir[0] != '/' && !getcwd(cwd, sizeof(cwd)))
-        return drt_fail(err, "checkpoint directory %s: cannot tell the current directory: %s "
-                        "(give an absolute path)", dir, strerror(errno));
+        return rt_fail(err, "checkpoint directory %s: cannot tell the current directory: %s "
+                       "(give an absolute path)", dir, strerror(errno));
     if ((dir[0] != '/' && walk(&w, cwd, err) < 0) || walk(&w, dir, err) < 0)
         return -1;
     if (stat(w.path[0] ? w.path : "/", &st) < 0)
@@ -574,8 +574,8 @@ static int lock_fail(drt_error_t *err, const char *dir, int fd, const char *path
 {
     if (fd >= 0)
         close(fd);
-    return drt_fail(err, "checkpoint directory %s: cannot lock %s: %s (%s)", dir, path,
-                    strerror(e), e == ELOOP ? "remove that symbolic link" : write_hint(e));
+    return rt_fail(err, "checkpoint directory %s: cannot lock %s: %s (%s)", dir, path,
+                   strerror(e), e == ELOOP ? "remove that symbolic link" : write_hint(e));
 }
 
 /* Hold dir's lock file while open: *fd, or -1 on a file system without
@@ -594,8 +594,8 @@ static int lock_dir(const char *dir, int *out, drt_error_t *err)
         return lock_fail(err, dir, fd, path, errno);
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return drt_fail(err, "checkpoint directory %s: its lock file %s is not a regular file "
-                        "(remove it)", dir, path);
+        return rt_fail(err, "checkpoint directory %s: its lock file %s is not a regular file "
+                       "(remove it)", dir, path);
     }
     if ((why = trust_of(&st, 1)) != TRUSTED) {
         close(fd);
@@ -609,8 +609,8 @@ static int lock_dir(const char *dir, int *out, drt_error_t *err)
     if (errno == EWOULDBLOCK) {
         holder_of(fd, who, sizeof(who));
         close(fd);
-        return drt_fail(err, "checkpoint directory %s: in use by another run (%s) (wait for it "
-                        "to end, or give this run a directory of its own)", dir, who);
+        return rt_fail(err, "checkpoint directory %s: in use by another run (%s) (wait for it "
+                       "to end, or give this run a directory of its own)", dir, who);
     }
     if (errno != ENOLCK && errno != ENOSYS && errno != EOPNOTSUPP)
         return lock_fail(err, dir, fd, path, errno);
@@ -662,8 +662,8 @@ static int same_dir(const char *dir, const char *local, drt_error_t *err)
     struct stat a, b;
 
     if (stat(dir, &a) == 0 && stat(local, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
-        return drt_fail(err, "checkpoint: the local directory %s is the checkpoint directory %s "
-                        "(give a node-local directory, or none)", local, dir);
+        return rt_fail(err, "checkpoint: the local directory %s is the checkpoint directory %s "
+                       "(give a node-local directory, or none)", local, dir);
     return 0;
 }
 
@@ -674,12 +674,12 @@ int drt_ckpt_open(const char *dir, const char *local_dir, int keep, drt_ckpt_t *
 
     *out = NULL;
     if (!dir || keep < 0)
-        return drt_fail(err, "checkpoint: %s (give a directory and keep >= 1)",
-                        dir ? "keep below 0" : "no directory");
+        return rt_fail(err, "checkpoint: %s (give a directory and keep >= 1)",
+                       dir ? "keep below 0" : "no directory");
     if (sodium_init() < 0)
-        return drt_fail(err, "checkpoint: libsodium failed to initialize");
+        return rt_fail(err, "checkpoint: libsodium failed to initialize");
     if (!(ck = calloc(1, sizeof(*ck))))
-        return drt_fail(err, "checkpoint: out of memory");
+        return rt_fail(err, "checkpoint: out of memory");
     ck->lock = ck->local_lock = -1;
     if (open_dir(dir, &ck->lock, err) < 0 ||
         (local_dir && (same_dir(dir, local_dir, err) < 0 ||
@@ -689,7 +689,7 @@ int drt_ckpt_open(const char *dir, const char *local_dir, int keep, drt_ckpt_t *
     }
     if (!(ck->dir = strdup(dir)) || (local_dir && !(ck->local = strdup(local_dir)))) {
         drt_ckpt_close(ck);
-        return drt_fail(err, "checkpoint: out of memory");
+        return rt_fail(err, "checkpoint: out of memory");
     }
     ck->keep = keep ? keep : CK_KEEP;
     ck->reported = 1;
@@ -825,8 +825,8 @@ int drt_ckpt_load(drt_ckpt_t *ck, uint64_t *step, drt_error_t *err)
 
     if (list_steps(ck->dir, &steps, &n) < 0)
         return errno == ENOENT ? 0
-                               : drt_fail(err, "checkpoint directory %s: %s (give a "
-                                          "readable directory)", ck->dir, strerror(errno));
+                               : rt_fail(err, "checkpoint directory %s: %s (give a "
+                                         "readable directory)", ck->dir, strerror(errno));
     for (size_t i = 0; i < n && rc == 0; i++) {
         file_name(path, ck->dir, steps[i]);
         rc = try_load(ck, path, steps[i], err);

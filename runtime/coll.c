@@ -19,18 +19,18 @@ int coll_allreduce(drt_comm_t *c, const void *send, void *recv, size_t count, dr
     coll_args_t x;
 
     if (!esize)
-        return drt_fail(err, "allreduce: unknown data type %d", (int)t);
+        return rt_fail(err, "allreduce: unknown data type %d", (int)t);
     c->seq++;
     if (half || ((uintptr_t)recv % esize) != 0) {
         if (!(work = aligned_alloc(64, ((count * wsize) / 64 + 1) * 64)))
-            return drt_fail(err, "out of memory for %zu elements", count);
+            return rt_fail(err, "out of memory for %zu elements", count);
     }
     /* out of place into recv itself: the algorithms read send directly when
      * it is aligned too (reductions load elements from it) */
     read_send = !half && work == (unsigned char *)recv && work != send &&
                 (uintptr_t)send % esize == 0;
     if (half)
-        drt_to_f32((float *)work, send, count, t);
+        rt_to_f32((float *)work, send, count, t);
     else if (work != send && !read_send)
         memmove(work, send, count * esize);
     x = (coll_args_t){work, read_send ? send : NULL, count, wsize, half ? DRT_FLOAT32 : t, op,
@@ -38,7 +38,7 @@ int coll_allreduce(drt_comm_t *c, const void *send, void *recv, size_t count, dr
     rc = c->algo == DRT_ALGO_AUTO ? auto_allreduce(&c->cpu, &x, err)
                                   : algo_run(&c->cpu, c->algo, &x, err);
     if (rc == 0 && half)
-        drt_from_f32(recv, (float *)work, count, t);
+        rt_from_f32(recv, (float *)work, count, t);
     else if (rc == 0 && work != (unsigned char *)recv)
         memcpy(recv, work, count * esize);
     if (work != (unsigned char *)recv)
@@ -52,7 +52,7 @@ int coll_broadcast(drt_comm_t *c, void *buf, size_t bytes, int root, drt_error_t
     int pos = 0;
 
     if (root < 0 || root >= c->size)
-        return drt_fail(err, "broadcast: root %d is not a rank (0-%d)", root, c->size - 1);
+        return rt_fail(err, "broadcast: root %d is not a rank (0-%d)", root, c->size - 1);
     for (int i = 0; i < g->n; i++)
         pos = g->ranks[i] == root ? i : pos;
     c->seq++;
@@ -65,7 +65,7 @@ int coll_allgather(drt_comm_t *c, const void *send, void *recv, size_t bytes, dr
     int rc;
 
     if (!s)
-        return drt_fail(err, "out of memory");
+        return rt_fail(err, "out of memory");
     for (int i = 0; i < c->world.n; i++)
         s[i] = (span_t){(size_t)c->world.ranks[i] * bytes, bytes};
     c->seq++;
@@ -89,10 +89,10 @@ int coll_reduce_scatter(drt_comm_t *c, const void *send, void *recv, size_t coun
     if (!s || !work || !esize) {
         free(s);
         free(work);
-        return drt_fail(err, esize ? "out of memory" : "reduce_scatter: unknown data type");
+        return rt_fail(err, esize ? "out of memory" : "reduce_scatter: unknown data type");
     }
     if (half)
-        drt_to_f32((float *)work, send, total, t);
+        rt_to_f32((float *)work, send, total, t);
     else
         memcpy(work, send, total * esize);
     for (int i = 0; i < c->world.n; i++)
@@ -100,7 +100,7 @@ int coll_reduce_scatter(drt_comm_t *c, const void *send, void *recv, size_t coun
     c->seq++;
     rc = c->world.ops->reduce_scatter(&c->cpu, &c->world, &x, s, err);
     if (rc == 0 && half)
-        drt_from_f32(recv, (float *)(work + (size_t)c->rank * count * wsize), count, t);
+        rt_from_f32(recv, (float *)(work + (size_t)c->rank * count * wsize), count, t);
     else if (rc == 0)
         memcpy(recv, work + (size_t)c->rank * count * esize, count * esize);
     free(s);

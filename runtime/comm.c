@@ -20,14 +20,14 @@ static int parse_secret(drt_comm_t *c, drt_error_t *err)
     const char *s = getenv(DRT_ENV_SECRET);
 
     if (!s || strlen(s) != 2 * DRT_SECRET_LEN)
-        return drt_fail(err, DRT_ENV_SECRET " is %s (%d hex digits; launchers set it: srun "
-                        "--ddp-topo, ddp-run)", s ? "malformed" : "not set", 2 * DRT_SECRET_LEN);
+        return rt_fail(err, DRT_ENV_SECRET " is %s (%d hex digits; launchers set it: srun "
+                       "--ddp-topo, ddp-run)", s ? "malformed" : "not set", 2 * DRT_SECRET_LEN);
     for (int i = 0; i < DRT_SECRET_LEN; i++) {
         unsigned v;
         if (!isxdigit((unsigned char)s[2 * i]) || !isxdigit((unsigned char)s[2 * i + 1]) ||
             sscanf(s + 2 * i, "%2x", &v) != 1)
-            return drt_fail(err, DRT_ENV_SECRET " is malformed (%d hex digits)",
-                            2 * DRT_SECRET_LEN);
+            return rt_fail(err, DRT_ENV_SECRET " is malformed (%d hex digits)",
+                           2 * DRT_SECRET_LEN);
         c->secret[i] = (unsigned char)v;
     }
     return 0;
@@ -43,10 +43,10 @@ static int parse_settings(drt_comm_t *c, drt_error_t *err)
         c->timeout = strtod(t, &end);
         /* !(x > 0) also refuses nan, which would make every wait endless */
         if (end == t || *end || !(c->timeout > 0) || c->timeout > 1e9)
-            return drt_fail(err, "DDPRT_TIMEOUT='%.40s' is not a positive number of seconds", t);
+            return rt_fail(err, "DDPRT_TIMEOUT='%.40s' is not a positive number of seconds", t);
     }
     if (a && drt_algo_parse(a, &c->algo) < 0)
-        return drt_fail(err, "DDPRT_ALGO='%.40s' is not flat, hier or auto", a);
+        return rt_fail(err, "DDPRT_ALGO='%.40s' is not flat, hier or auto", a);
     c->verbose = v && *v && strcmp(v, "0");
     return 0;
 }
@@ -76,12 +76,12 @@ int drt_init(drt_comm_t **out, drt_error_t *err)
 
     *out = NULL;
     if (!c)
-        return drt_fail(err, "out of memory");
+        return rt_fail(err, "out of memory");
     c->notice_fd = -1;
     pthread_mutex_init(&c->lock, NULL);
     pthread_cond_init(&c->cond, NULL);
     if (auth_ready() < 0) {
-        drt_fail(err, "libsodium failed to initialise (no randomness source?)");
+        rt_fail(err, "libsodium failed to initialise (no randomness source?)");
         goto fail;
     }
     if (drt_env_load(&c->env, env_get, err) < 0 || parse_secret(c, err) < 0 ||
@@ -90,18 +90,18 @@ int drt_init(drt_comm_t **out, drt_error_t *err)
     c->rank = (int)c->env.rank;
     c->size = (int)c->env.world_size;
     if (alloc_tables(c) < 0) {
-        drt_fail(err, "out of memory for %d ranks", c->size);
+        rt_fail(err, "out of memory for %d ranks", c->size);
         goto fail;
     }
     if (boot_exchange(c, err) < 0 || shm_attach(c, err) < 0)
         goto fail;
     if (cpu_set_init(c) < 0) {
-        drt_fail(err, "out of memory");
+        rt_fail(err, "out of memory");
         goto fail;
     }
     if (!c->uniform)
-        drt_log(c, "ranks per node differ: hierarchical allreduce is disabled, the flat ring "
-                "is used");
+        rt_log(c, "ranks per node differ: hierarchical allreduce is disabled, the flat ring "
+               "is used");
     *out = c;
     return 0;
 fail:
@@ -113,7 +113,7 @@ void drt_finalize(drt_comm_t *c)
 {
     if (!c)
         return;
-    drt_async_stop(c);
+    request_stop(c);
     gpu_finalize(c); /* its watchdog reads the channels and the notice socket */
     pmix_finalize(c);
     for (int r = 0; c->chan && r < c->size; r++)

@@ -31,7 +31,7 @@ static int prev_of(const group_t *g)
 static void scale_own(const group_t *g, const coll_args_t *x, const span_t *sp)
 {
     if (x->op == DRT_AVG && x->avg_n > 0)
-        drt_scale_avg(x->buf + sp[g->me].off, sp[g->me].count, x->t, x->avg_n);
+        rt_scale_avg(x->buf + sp[g->me].off, sp[g->me].count, x->t, x->avg_n);
 }
 
 static int ring_reduce_scatter(coll_set_t *set, const group_t *g, const coll_args_t *x,
@@ -77,7 +77,7 @@ static int ring_allreduce(coll_set_t *set, const group_t *g, const coll_args_t *
     int rc;
 
     if (!sp)
-        return drt_fail(err, "out of memory");
+        return rt_fail(err, "out of memory");
     algo_balanced(sp, g->n, off, x->count, x->esize);
     rc = ring_reduce_scatter(set, g, x, sp, err) < 0 ? -1
                                                        : ring_allgather(set, g, x->buf, sp,
@@ -119,7 +119,7 @@ static void *host_alloc(coll_set_t *set, size_t bytes, drt_error_t *err)
 
     (void)set;
     if (!p)
-        drt_fail(err, "out of memory for %zu bytes", bytes);
+        rt_fail(err, "out of memory for %zu bytes", bytes);
     return p;
 }
 
@@ -163,14 +163,14 @@ typedef struct {
 static int host_timer_start(coll_set_t *set, drt_error_t *err)
 {
     (void)err;
-    ((cpu_state_t *)set->impl)->t0 = drt_now();
+    ((cpu_state_t *)set->impl)->t0 = rt_now();
     return 0;
 }
 
 static int host_timer_stop(coll_set_t *set, double *seconds, drt_error_t *err)
 {
     (void)err;
-    *seconds = drt_now() - ((cpu_state_t *)set->impl)->t0;
+    *seconds = rt_now() - ((cpu_state_t *)set->impl)->t0;
     return 0;
 }
 
@@ -213,7 +213,7 @@ static int lane_open(coll_set_t *set, drt_error_t *err)
     st->queued = st->done = st->closing = st->failed = 0;
     set->c->abort = 0;
     if (pthread_create(&st->thread, NULL, side_main, set) != 0)
-        return drt_fail(err, "cannot start the pipeline thread");
+        return rt_fail(err, "cannot start the pipeline thread");
     return 0;
 }
 
@@ -225,7 +225,7 @@ static int lane_side(coll_set_t *set, int (*fn)(coll_set_t *, void *, drt_error_
 
     pthread_mutex_lock(&st->m);
     if (st->failed || st->queued == PIPE_MAX_SEGMENTS)
-        rc = st->failed ? -1 : drt_fail(err, "pipeline: more than %d segments", PIPE_MAX_SEGMENTS);
+        rc = st->failed ? -1 : rt_fail(err, "pipeline: more than %d segments", PIPE_MAX_SEGMENTS);
     else
         st->jobs[st->queued++] = (job_t){fn, arg};
     pthread_cond_broadcast(&st->cv);

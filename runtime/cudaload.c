@@ -10,7 +10,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-/* drt_fail's twin: tools compile this file in, and the library does not
+/* rt_fail's twin: tools compile this file in, and the library does not
  * export its internal helpers. err is never NULL: cudaload() keeps the
  * message for later calls. */
 static int fail(drt_error_t *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -14,9 +14,9 @@
 static int check_args(drt_dtype_t t, drt_op_t op, drt_error_t *err)
 {
     if (!drt_dtype_size(t))
-        return drt_fail(err, "ddprt: drt_gpu_allreduce: unknown data type %d", (int)t);
+        return rt_fail(err, "ddprt: drt_gpu_allreduce: unknown data type %d", (int)t);
     if ((unsigned)op > DRT_MAX)
-        return drt_fail(err, "ddprt: drt_gpu_allreduce: unknown operation %d", (int)op);
+        return rt_fail(err, "ddprt: drt_gpu_allreduce: unknown operation %d", (int)op);
     return 0;
 }
 
@@ -142,12 +142,12 @@ static int env_algo(struct gpu *g, drt_error_t *err)
     const char *v = getenv("DDPRT_GPU_ALGO"), *r = getenv("DDPRT_GPU_RAIL");
 
     if (r && *r && strcmp(r, "nccl") && strcmp(r, "host"))
-        return drt_fail(err, "ddprt: DDPRT_GPU_RAIL=%s: not nccl or host", r);
+        return rt_fail(err, "ddprt: DDPRT_GPU_RAIL=%s: not nccl or host", r);
     g->rail_host = r && !strcmp(r, "host");
     if (g->algo_set || !v || !*v)
         return 0;
     if (drt_algo_parse(v, &g->algo) < 0)
-        return drt_fail(err, "ddprt: DDPRT_GPU_ALGO=%s: not flat, hier or auto", v);
+        return rt_fail(err, "ddprt: DDPRT_GPU_ALGO=%s: not flat, hier or auto", v);
     return 0;
 }
 
@@ -186,10 +186,10 @@ static int attach(struct gpu *g, int device, drt_error_t *err)
 
     if (gpu_comms_attach(g, mine, err) < 0 || gpu_watch_start(g, err) < 0)
         return -1;
-    drt_log(c, "GPU: CUDA device %d, NCCL %d from %s%s; world %d, node %d, rail %d ranks",
-            g->device, g->api->nccl_version, g->api->nccl_file,
-            g->api->nccl_reused ? " (already loaded)" : "", g->groups[0].n, g->groups[1].n,
-            g->groups[2].n);
+    rt_log(c, "GPU: CUDA device %d, NCCL %d from %s%s; world %d, node %d, rail %d ranks",
+           g->device, g->api->nccl_version, g->api->nccl_file,
+           g->api->nccl_reused ? " (already loaded)" : "", g->groups[0].n, g->groups[1].n,
+           g->groups[2].n);
     return 0;
 }
 
@@ -198,11 +198,11 @@ int drt_gpu_attach(drt_comm_t *c, int device, drt_error_t *err)
     struct gpu *g = gpu_state(c);
 
     if (!g)
-        return drt_fail(err, "out of memory");
+        return rt_fail(err, "out of memory");
     if (g->dog_started) {
         if (device >= 0 && device != g->device)
-            return drt_fail(err, "ddprt: drt_gpu_attach: already attached to CUDA device %d, "
-                            "not %d", g->device, device);
+            return rt_fail(err, "ddprt: drt_gpu_attach: already attached to CUDA device %d, "
+                           "not %d", g->device, device);
         return gpu_failed(g, err);
     }
     if (attach(g, device, err) < 0) {
@@ -238,8 +238,8 @@ static int enter(struct gpu *g, drt_error_t *err)
     cudaError_t rc = g->api->cudaSetDevice(g->device);
 
     if (rc != cudaSuccess)
-        return drt_fail(err, "ddprt: CUDA device %d: %s", g->device,
-                        g->api->cudaGetErrorString(rc));
+        return rt_fail(err, "ddprt: CUDA device %d: %s", g->device,
+                       g->api->cudaGetErrorString(rc));
     return 0;
 }
 
@@ -264,7 +264,7 @@ int drt_gpu_allreduce(drt_comm_t *c, const void *send, void *recv, size_t count,
 
     if (check_args(t, op, err) < 0 || drt_gpu_attach(c, -1, err) < 0)
         return -1;
-    async_drain(c); /* auto's fences and a host rail use the CPU groups */
+    request_drain(c); /* auto's fences and a host rail use the CPU groups */
     g = c->gpu;
     c->seq++;
     if (!count)
@@ -287,9 +287,9 @@ int drt_gpu_iallreduce(drt_comm_t *c, const void *send, void *recv, size_t count
     if (drt_gpu_allreduce(c, send, recv, count, t, op, stream, err) < 0 ||
         !(q = gpu_req_new(c->gpu, stream, err)))
         return -1;
-    if (!(*req = async_gpu_request(c, q))) {
+    if (!(*req = request_gpu(c, q))) {
         gpu_req_free(q);
-        return drt_fail(err, "out of memory");
+        return rt_fail(err, "out of memory");
     }
     return 0;
 }
@@ -299,12 +299,12 @@ int drt_gpu_sync(drt_comm_t *c, void *stream, drt_error_t *err)
     struct gpu *g = c->gpu;
 
     if (!g || !g->dog_started)
-        return drt_fail(err, "ddprt: drt_gpu_sync: no GPU attached (call drt_gpu_attach "
-                        "first)");
+        return rt_fail(err, "ddprt: drt_gpu_sync: no GPU attached (call drt_gpu_attach "
+                       "first)");
     if (gpu_failed(g, err) < 0 || enter(g, err) < 0)
         return -1;
     if (g->api->cudaEventRecord(g->fork, stream) != cudaSuccess)
-        return drt_fail(err, "ddprt: drt_gpu_sync: cudaEventRecord failed");
+        return rt_fail(err, "ddprt: drt_gpu_sync: cudaEventRecord failed");
     return gpu_wait_event(g, g->fork, "drt_gpu_sync", err);
 }
 
@@ -338,8 +338,8 @@ static int buf_done(struct gpu *g, cudaError_t rc, const char *what, drt_error_t
 {
     if (rc == cudaSuccess)
         return 0;
-    return drt_fail(err, "ddprt: gradient buckets: %s on CUDA device %d: %s", what, g->device,
-                    g->api->cudaGetErrorString(rc));
+    return rt_fail(err, "ddprt: gradient buckets: %s on CUDA device %d: %s", what, g->device,
+                   g->api->cudaGetErrorString(rc));
 }
 
 int gpu_buf_alloc(drt_comm_t *c, size_t bytes, void **p, drt_error_t *err)
@@ -363,7 +363,7 @@ int gpu_buf_copy(drt_comm_t *c, void *dst, const void *src, size_t bytes, void *
                  drt_error_t *err)
 {
     if (!c->gpu || enter(c->gpu, err) < 0)
-        return c->gpu ? -1 : drt_fail(err, "ddprt: gradient buckets: no GPU attached");
+        return c->gpu ? -1 : rt_fail(err, "ddprt: gradient buckets: no GPU attached");
     return buf_done(c->gpu,
                     c->gpu->api->cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault,
                                                  (cudaStream_t)stream),
@@ -373,7 +373,7 @@ int gpu_buf_copy(drt_comm_t *c, void *dst, const void *src, size_t bytes, void *
 int gpu_buf_zero(drt_comm_t *c, void *p, size_t bytes, void *stream, drt_error_t *err)
 {
     if (!c->gpu || enter(c->gpu, err) < 0)
-        return c->gpu ? -1 : drt_fail(err, "ddprt: gradient buckets: no GPU attached");
+        return c->gpu ? -1 : rt_fail(err, "ddprt: gradient buckets: no GPU attached");
     return buf_done(c->gpu, c->gpu->api->cudaMemsetAsync(p, 0, bytes, (cudaStream_t)stream),
                     "cudaMemsetAsync", err);
 }

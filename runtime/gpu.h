@@ -80,9 +80,6 @@ extern const set_ops_t nccl_set_ops;
  * out ncclInProgress under the deadline; -1 naming what failed */
 int nccl_settle(struct gpu *g, nccl_group_t *ng, ncclResult_t rc, const char *what,
                 drt_error_t *err);
-/* the same, then destroys *op (when given) before letting the comm go */
-int nccl_settle_op(struct gpu *g, nccl_group_t *ng, ncclResult_t rc, const char *what,
-                   ncclRedOp_t *op, drt_error_t *err);
 /* take issue for a call on ng: -1 (not taken) when the path already failed */
 int nccl_begin(struct gpu *g, const nccl_group_t *ng, drt_error_t *err);
 /* poll ev under DDPRT_TIMEOUT (never a blocking CUDA wait) */

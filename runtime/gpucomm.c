@@ -42,12 +42,12 @@ static int agree_ready(drt_comm_t *c, int mine, const char *what, drt_error_t *e
     drt_error_t e;
 
     if (drt_allreduce(c, &worst, &worst, 1, DRT_FLOAT64, DRT_MAX, &e) < 0)
-        return mine < 0 ? -1 : drt_fail(err, "%s", e.text);
+        return mine < 0 ? -1 : rt_fail(err, "%s", e.text);
     if (mine < 0)
         return -1;
     if (worst > 0)
-        return drt_fail(err, "ddprt: rank %d could not %s (its own error says why)",
-                        (int)worst - 1, what);
+        return rt_fail(err, "ddprt: rank %d could not %s (its own error says why)",
+                       (int)worst - 1, what);
     return 0;
 }
 
@@ -76,15 +76,15 @@ static int comm_start(struct gpu *g, const id_msg_t m[GPU_GROUPS], drt_error_t *
         ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
         ncclResult_t rc;
         if (!m[i].ok)
-            return drt_fail(err, "ddprt: rank %d could not make the NCCL %s communicator's id "
-                            "(ncclGetUniqueId failed there)", cg->ranks[0], g->ng[i].name);
+            return rt_fail(err, "ddprt: rank %d could not make the NCCL %s communicator's id "
+                           "(ncclGetUniqueId failed there)", cg->ranks[0], g->ng[i].name);
         cfg.blocking = 0;
         cfg.commName = names[i];
         rc = g->api->ncclCommInitRankConfig(&g->ng[i].comm, cg->n, m[i].id, cg->me, &cfg);
         if (rc != ncclSuccess && rc != ncclInProgress)
-            return drt_fail(err, "ddprt: NCCL %s communicator (%d ranks): init failed: %s: %s",
-                            g->ng[i].name, cg->n, g->api->ncclGetErrorString(rc),
-                            g->api->ncclGetLastError(g->ng[i].comm));
+            return rt_fail(err, "ddprt: NCCL %s communicator (%d ranks): init failed: %s: %s",
+                           g->ng[i].name, cg->n, g->api->ncclGetErrorString(rc),
+                           g->api->ncclGetLastError(g->ng[i].comm));
     }
     return 0;
 }
@@ -100,9 +100,9 @@ static int comm_state(struct gpu *g, int i, drt_error_t *err)
         return rc == ncclSuccess;
     /* the peers' inits wait for this rank's forever: tell them now */
     notice_send_kind(g->c, g->c->rank, NOTICE_GPU_INIT, g->c->seq);
-    return drt_fail(err, "ddprt: NCCL %s communicator (%d ranks): init failed: %s: %s",
-                    ng->name, g->groups[i].n, g->api->ncclGetErrorString(rc),
-                    g->api->ncclGetLastError(ng->comm));
+    return rt_fail(err, "ddprt: NCCL %s communicator (%d ranks): init failed: %s: %s",
+                   ng->name, g->groups[i].n, g->api->ncclGetErrorString(rc),
+                   g->api->ncclGetLastError(ng->comm));
 }
 
 /* every communicator initialised, polled under DDPRT_TIMEOUT, or a peer's
@@ -118,12 +118,12 @@ static int comms_ready(struct gpu *g, double deadline, drt_error_t *err)
         }
         if (spins % 64 == 0 && notice_check(g->c, ~0u, err) < 0)
             return -1;
-        if (drt_now() > deadline)
-            return drt_fail(err, "ddprt: NCCL %s communicator (%d ranks, from rank %d) not ready "
-                            "after DDPRT_TIMEOUT=%gs: a rank of it did not call drt_gpu_attach "
-                            "or cannot reach the others (NCCL_SOCKET_IFNAME, NCCL_DEBUG=INFO)",
-                            g->ng[i].name, g->groups[i].n, g->groups[i].ranks[0],
-                            g->c->timeout);
+        if (rt_now() > deadline)
+            return rt_fail(err, "ddprt: NCCL %s communicator (%d ranks, from rank %d) not ready "
+                           "after DDPRT_TIMEOUT=%gs: a rank of it did not call drt_gpu_attach "
+                           "or cannot reach the others (NCCL_SOCKET_IFNAME, NCCL_DEBUG=INFO)",
+                           g->ng[i].name, g->groups[i].n, g->groups[i].ranks[0],
+                           g->c->timeout);
         gpu_idle((unsigned)spins);
     }
     return 0;
@@ -140,7 +140,7 @@ static int warm_up(struct gpu *g, drt_error_t *err)
     if ((!g->side && a->cudaStreamCreateWithFlags(&g->side, cudaStreamNonBlocking) != cudaSuccess) ||
         a->cudaMalloc((void **)&g->warm, sizeof(float)) != cudaSuccess ||
         a->cudaMemsetAsync(g->warm, 0, sizeof(float), g->side) != cudaSuccess)
-        return drt_fail(err, "ddprt: CUDA device %d: cannot set up the NCCL warm-up", g->device);
+        return rt_fail(err, "ddprt: CUDA device %d: cannot set up the NCCL warm-up", g->device);
     for (int i = 0; i < GPU_GROUPS; i++) {
         nccl_group_t *ng = &g->ng[i];
         if (nccl_begin(g, ng, err) < 0 ||
@@ -151,7 +151,7 @@ static int warm_up(struct gpu *g, drt_error_t *err)
             return -1;
     }
     if (a->cudaEventRecord(g->fork, g->side) != cudaSuccess)
-        return drt_fail(err, "ddprt: CUDA device %d: cudaEventRecord failed", g->device);
+        return rt_fail(err, "ddprt: CUDA device %d: cudaEventRecord failed", g->device);
     return gpu_wait_event(g, g->fork, "the NCCL warm-up allreduces", err);
 }
 
@@ -206,7 +206,7 @@ static void set_init(struct gpu *g)
     if (g->rail_host)
         g->groups[GPU_RAIL].ops = &staged_rail_ops;
     if (!(g->pipelined = order_in_effect(g, &why)))
-        drt_log(c, "GPU: hier runs unpipelined: %s", why);
+        rt_log(c, "GPU: hier runs unpipelined: %s", why);
     g->set = (coll_set_t){.c = c, .world = &g->groups[GPU_WORLD], .node = &g->groups[GPU_NODE],
                           .rail = &g->groups[GPU_RAIL], .ops = &nccl_set_ops,
                           .uniform = c->uniform, .nnodes = c->nnodes, .equal_chunks = 1,
@@ -229,7 +229,7 @@ int gpu_comms_attach(struct gpu *g, int mine, drt_error_t *err)
     if ((mine = comm_start(g, ids, err)) < 0) /* the peers' inits would wait for it */
         notice_send_kind(c, c->rank, NOTICE_GPU_INIT, c->seq);
     if (mine == 0)
-        mine = comms_ready(g, drt_now() + c->timeout, err);
+        mine = comms_ready(g, rt_now() + c->timeout, err);
     /* before the warm-up: its first collective would wait for a rank whose
      * init failed */
     if (agree_ready(c, mine, "start its NCCL communicators", err) < 0)

@@ -17,8 +17,8 @@ static int plugin_device(const char *dev, drt_error_t *err)
     long v = strtol(dev, &end, 10);
 
     if (*end || end == dev || v < 0 || v > INT_MAX)
-        return drt_fail(err, "ddprt: DDP_TOPO_DEVICE=%s is not a CUDA device ordinal (unset "
-                        "it, or pass a device to drt_gpu_attach)", dev);
+        return rt_fail(err, "ddprt: DDP_TOPO_DEVICE=%s is not a CUDA device ordinal (unset "
+                       "it, or pass a device to drt_gpu_attach)", dev);
     return (int)v;
 }
 
@@ -30,8 +30,8 @@ static int topo_device(const char *topo, drt_error_t *err)
     long want = strtol(topo, &end, 10);
 
     if (*end || end == topo || want < 0)
-        return drt_fail(err, "ddprt: DDP_TOPO_GPU=%s is not a GPU index (unset it, or pass a "
-                        "device to drt_gpu_attach)", topo);
+        return rt_fail(err, "ddprt: DDP_TOPO_GPU=%s is not a GPU index (unset it, or pass a "
+                       "device to drt_gpu_attach)", topo);
     if (!vis)
         return (int)want;
     for (int i = 0; *p; i++) {
@@ -40,8 +40,8 @@ static int topo_device(const char *topo, drt_error_t *err)
             return i;
         p = strchr(p, ',') ? strchr(p, ',') + 1 : p + strlen(p);
     }
-    return drt_fail(err, "ddprt: DDP_TOPO_GPU=%s is not in CUDA_VISIBLE_DEVICES=%s (unset "
-                    "DDP_TOPO_GPU, or pass a device to drt_gpu_attach)", topo, vis);
+    return rt_fail(err, "ddprt: DDP_TOPO_GPU=%s is not in CUDA_VISIBLE_DEVICES=%s (unset "
+                   "DDP_TOPO_GPU, or pass a device to drt_gpu_attach)", topo, vis);
 }
 
 /* the device index to use, from the arguments and environment alone */
@@ -80,20 +80,20 @@ int gpu_local_setup(struct gpu *g, int device, drt_error_t *err)
     if (!(a = g->api = cudaload(err)))
         return -1;
     if ((rc = a->cudaGetDeviceCount(&count)) != cudaSuccess || count == 0)
-        return drt_fail(err, "ddprt: no CUDA device: cudaGetDeviceCount: %s (is the NVIDIA "
-                        "driver loaded? see nvidia-smi)",
-                        rc != cudaSuccess ? a->cudaGetErrorString(rc) : "none visible");
+        return rt_fail(err, "ddprt: no CUDA device: cudaGetDeviceCount: %s (is the NVIDIA "
+                       "driver loaded? see nvidia-smi)",
+                       rc != cudaSuccess ? a->cudaGetErrorString(rc) : "none visible");
     if (g->device >= count)
-        return drt_fail(err, "ddprt: CUDA device %d (%s) does not exist: %d visible (bind one "
-                        "GPU per rank, e.g. srun --ddp-topo=auto, or pass a device to "
-                        "drt_gpu_attach)", g->device, from, count);
+        return rt_fail(err, "ddprt: CUDA device %d (%s) does not exist: %d visible (bind one "
+                       "GPU per rank, e.g. srun --ddp-topo=auto, or pass a device to "
+                       "drt_gpu_attach)", g->device, from, count);
     /* left current: restoring the caller's device (0 on a thread that never
      * chose one) would make a context there, 0.5 GB on every rank's GPU 0 */
     if ((rc = a->cudaSetDevice(g->device)) != cudaSuccess ||
         (rc = a->cudaEventCreateWithFlags(&g->fork, cudaEventDisableTiming)) != cudaSuccess ||
         (rc = a->cudaEventCreateWithFlags(&g->t0, cudaEventDefault)) != cudaSuccess ||
         (rc = a->cudaEventCreateWithFlags(&g->t1, cudaEventDefault)) != cudaSuccess)
-        return drt_fail(err, "ddprt: CUDA device %d: %s", g->device, a->cudaGetErrorString(rc));
+        return rt_fail(err, "ddprt: CUDA device %d: %s", g->device, a->cudaGetErrorString(rc));
     return 0;
 }
 #endif

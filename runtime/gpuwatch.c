@@ -123,7 +123,7 @@ static void teardown_start(struct gpu *g, int destroy)
     if (!any)
         return;
     if (!(t = calloc(1, sizeof(*t)))) {
-        drt_warn(g->c, "ddprt: out of memory: the NCCL communicators are left as they are");
+        rt_warn(g->c, "ddprt: out of memory: the NCCL communicators are left as they are");
         return;
     }
     *t = (struct teardown){.api = g->api, .comm = {comm[0], comm[1], comm[2]},
@@ -161,10 +161,10 @@ int gpu_teardown_wait(struct gpu *g, int destroy)
     done = t->done;
     pthread_mutex_unlock(&t->m);
     if (!done) {
-        drt_warn(g->c, "ddprt: %s of the NCCL communicators did not return within "
-                 "DDPRT_TIMEOUT=%gs; left behind on its thread, with the GPU memory and "
-                 "events it may still use", t->destroy ? "ncclCommDestroy" : "ncclCommAbort",
-                 g->c->timeout);
+        rt_warn(g->c, "ddprt: %s of the NCCL communicators did not return within "
+                "DDPRT_TIMEOUT=%gs; left behind on its thread, with the GPU memory and "
+                "events it may still use", t->destroy ? "ncclCommDestroy" : "ncclCommAbort",
+                g->c->timeout);
         g->td_stuck = 1;
     }
     teardown_put(t);
@@ -186,7 +186,7 @@ int gpu_fail(struct gpu *g, drt_error_t *err, const char *fmt, ...)
     }
     pthread_mutex_unlock(&g->mu);
     if (first) {
-        drt_log(g->c, "%s: aborting the NCCL communicators", g->failure.text);
+        rt_log(g->c, "%s: aborting the NCCL communicators", g->failure.text);
         teardown_start(g, 0);
     }
     return gpu_failed(g, err);
@@ -213,7 +213,7 @@ static int work_add(struct gpu *g, gpu_work_t w, drt_error_t *err)
         gpu_work_t *more = realloc(g->work, cap * sizeof(*more));
         if (!more) {
             pthread_mutex_unlock(&g->mu);
-            return drt_fail(err, "out of memory");
+            return rt_fail(err, "out of memory");
         }
         g->work = more;
         g->capwork = cap;
@@ -228,7 +228,7 @@ static int work_add(struct gpu *g, gpu_work_t w, drt_error_t *err)
 int gpu_track(struct gpu *g, cudaStream_t s, drt_error_t *err)
 {
     const cuda_api_t *a = g->api;
-    gpu_work_t w = {.seq = g->c->seq, .issued = drt_now()};
+    gpu_work_t w = {.seq = g->c->seq, .issued = rt_now()};
     cudaError_t rc;
 
     if ((rc = a->cudaEventCreateWithFlags(&w.done, cudaEventDisableTiming)) != cudaSuccess)
@@ -274,7 +274,7 @@ static cudaError_t *work_query(struct gpu *g, size_t *n)
  * collective's number in *seq, else how many are left */
 static int work_check(struct gpu *g, uint64_t *seq, cudaError_t *bad)
 {
-    double now = drt_now();
+    double now = rt_now();
     size_t n, keep = 0, ndone = 0;
     cudaError_t *rc = work_query(g, &n);
     cudaEvent_t *done = n ? malloc(n * sizeof(*done)) : NULL;
@@ -309,7 +309,7 @@ static int work_check(struct gpu *g, uint64_t *seq, cudaError_t *bad)
 
 int gpu_work_drained(struct gpu *g)
 {
-    double end = drt_now() + g->c->timeout;
+    double end = rt_now() + g->c->timeout;
     uint64_t seq;
     cudaError_t bad;
     int left;
@@ -317,7 +317,7 @@ int gpu_work_drained(struct gpu *g)
     for (unsigned spins = 0; gpu_failed(g, NULL) == 0; spins++) {
         if ((left = work_check(g, &seq, &bad)) <= 0)
             return left == 0;
-        if (drt_now() > end)
+        if (rt_now() > end)
             return 0;
         gpu_idle(spins);
     }
@@ -398,7 +398,7 @@ static void watch_once(struct gpu *g)
         /* tell every rank, as the CPU path does: theirs may only time out */
         notice_send_kind(g->c, dead, NOTICE_DIED, seq);
         gpu_fail(g, NULL, "ddprt: rank %d (%s) died during GPU collective #%llu (seen by "
-                 "rank %d)", dead, drt_where(g->c, dead, where, sizeof(where)),
+                 "rank %d)", dead, rt_where(g->c, dead, where, sizeof(where)),
                  (unsigned long long)seq, g->c->rank);
     }
 }
@@ -424,7 +424,7 @@ static void *watchdog(void *arg)
 int gpu_watch_start(struct gpu *g, drt_error_t *err)
 {
     if (pthread_create(&g->dog, NULL, watchdog, g) != 0)
-        return drt_fail(err, "ddprt: cannot start the GPU watchdog thread");
+        return rt_fail(err, "ddprt: cannot start the GPU watchdog thread");
     g->dog_started = 1;
     return 0;
 }
@@ -452,16 +452,16 @@ struct gpu_req *gpu_req_new(struct gpu *g, cudaStream_t stream, drt_error_t *err
     cudaError_t rc;
 
     if (!q) {
-        drt_fail(err, "out of memory");
+        rt_fail(err, "out of memory");
         return NULL;
     }
-    *q = (struct gpu_req){g, NULL, g->c->seq, drt_now() + g->c->timeout};
+    *q = (struct gpu_req){g, NULL, g->c->seq, rt_now() + g->c->timeout};
     if ((rc = g->api->cudaEventCreateWithFlags(&q->done, cudaEventDisableTiming)) ==
             cudaSuccess &&
         (rc = g->api->cudaEventRecord(q->done, stream)) == cudaSuccess)
         return q;
-    drt_fail(err, "ddprt: GPU collective #%llu: its request's event: %s",
-             (unsigned long long)q->seq, g->api->cudaGetErrorString(rc));
+    rt_fail(err, "ddprt: GPU collective #%llu: its request's event: %s",
+            (unsigned long long)q->seq, g->api->cudaGetErrorString(rc));
     if (q->done)
         g->api->cudaEventDestroy(q->done);
     free(q);
@@ -492,7 +492,7 @@ int gpu_req_test(struct gpu_req *q, int *done, drt_error_t *err)
         return -1;
     if ((rc = g->api->cudaEventQuery(q->done)) == cudaSuccess)
         return gpu_failed(g, err);
-    if (rc != cudaErrorNotReady || drt_now() > q->deadline)
+    if (rc != cudaErrorNotReady || rt_now() > q->deadline)
         return fail_work(g, q->seq, rc, err);
     *done = 0;
     return 0;

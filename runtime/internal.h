@@ -1,7 +1,14 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* libddprt internals: the communicator, its channels and the helpers the
  * source files share. Not installed; the library exports only ddprt.h's
- * functions (runtime/ddprt.map). */
+ * functions (runtime/ddprt.map).
+ *
+ * Names: drt_ and DRT_ are the public API's (ddprt.h, and the launchers'
+ * contract.h); nothing internal takes them, so the prefix alone says what a
+ * user may call. A file's internal functions carry its module's prefix
+ * (net_ in net.c, request_ in request.c, ...); the helpers every file shares
+ * (util.c: errors, log lines, the clock; reduce.c: the reductions) carry
+ * rt_, and the constants defined here for all of them RT_. */
 #ifndef DDPRT_INTERNAL_H
 #define DDPRT_INTERNAL_H
 
@@ -13,16 +20,16 @@
 #include "contract.h" /* DRT_SECRET_LEN, the variables' names, the interface choice */
 #include "ddprt.h"
 
-#define DRT_MAGIC 0x64647274u    /* "ddrt" */
+#define RT_MAGIC 0x64647274u    /* "ddrt" */
 /* bytes of one shared-memory ring: small enough that what one rank writes is
  * still in cache when its peer reads it (256 KiB measured best, 64 KiB-4 MiB) */
-#define DRT_SHM_RING (256u << 10)
+#define RT_SHM_RING (256u << 10)
 
 /* A one-way shared-memory ring between two ranks of a node. */
 typedef struct {
     _Alignas(64) volatile uint64_t head; /* bytes consumed */
     _Alignas(64) volatile uint64_t tail; /* bytes produced */
-    _Alignas(64) unsigned char data[DRT_SHM_RING];
+    _Alignas(64) unsigned char data[RT_SHM_RING];
 } shm_ring_t;
 
 /* How this rank reaches one peer: TCP to other nodes, rings within a node. */
@@ -86,13 +93,13 @@ struct drt_comm {
 };
 
 /* errors: format into err, return -1 */
-int drt_fail(drt_error_t *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* a line on stderr: drt_log with DDPRT_VERBOSE only, drt_warn always */
-void drt_log(const drt_comm_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void drt_warn(const drt_comm_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-double drt_now(void);
+int rt_fail(drt_error_t *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* a line on stderr: rt_log with DDPRT_VERBOSE only, rt_warn always */
+void rt_log(const drt_comm_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void rt_warn(const drt_comm_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+double rt_now(void);
 /* "node 1 at 10.0.0.2": where a rank runs (GROUP_RANK, its data address) */
-const char *drt_where(const drt_comm_t *c, int rank, char *buf, size_t len);
+const char *rt_where(const drt_comm_t *c, int rank, char *buf, size_t len);
 
 /* net.c: TCP */
 int net_listen(int port, int *out_port, drt_error_t *err); /* on every address */
@@ -104,7 +111,6 @@ int net_connect(const char *host, int port, double deadline, drt_error_t *err);
 /* from the local address src (network order; 0: the kernel's choice) */
 int net_connect_from(const char *host, int port, uint32_t src, double deadline,
                      drt_error_t *err);
-int net_accept(int lfd, double deadline, drt_error_t *err);
 int net_send_all(int fd, const void *buf, size_t len, double deadline);
 int net_recv_all(int fd, void *buf, size_t len, double deadline);
 void net_tune(int fd);
@@ -143,7 +149,6 @@ int auth_connect(drt_comm_t *c, const char *host, int port, uint32_t kind,
 int auth_connect_from(drt_comm_t *c, uint32_t src, const char *host, int port, uint32_t kind,
                       const hello_t *payload, double deadline, auth_session_t *s,
                       drt_error_t *err);
-int auth_impostor_fail(const drt_comm_t *c, const char *host, int port, drt_error_t *err);
 int auth_serve(drt_comm_t *c, int lfd, uint32_t kind, double deadline, auth_take_fn take,
                void *ctx, drt_error_t *err);
 /* the same, also ending (0) once wake_fd is readable (-1: never) */
@@ -190,12 +195,12 @@ int xfer_reduce(drt_comm_t *c, int to, const void *sbuf, size_t slen, int from, 
 
 /* reduce.c */
 size_t drt_dtype_size(drt_dtype_t t);
-void drt_reduce(void *acc, const void *in, size_t count, drt_dtype_t t, drt_op_t op);
-void drt_reduce_to(void *out, const void *x, const void *y, size_t count, drt_dtype_t t,
-                   drt_op_t op);
-void drt_scale_avg(void *buf, size_t count, drt_dtype_t t, int n);
-void drt_to_f32(float *out, const void *in, size_t count, drt_dtype_t t);
-void drt_from_f32(void *out, const float *in, size_t count, drt_dtype_t t);
+void rt_reduce(void *acc, const void *in, size_t count, drt_dtype_t t, drt_op_t op);
+void rt_reduce_to(void *out, const void *x, const void *y, size_t count, drt_dtype_t t,
+                  drt_op_t op);
+void rt_scale_avg(void *buf, size_t count, drt_dtype_t t, int n);
+void rt_to_f32(float *out, const void *in, size_t count, drt_dtype_t t);
+void rt_from_f32(void *out, const float *in, size_t count, drt_dtype_t t);
 
 /* cpu.c: the CPU backend (rings over shared memory and TCP, host memory) */
 int cpu_set_init(drt_comm_t *c); /* c->cpu, once the groups are known; -1: no memory */
@@ -205,7 +210,7 @@ int cpu_fence(drt_comm_t *c, drt_error_t *err); /* a barrier outside the count *
 int cpu_agree_max(drt_comm_t *c, double *v, size_t n, drt_error_t *err);
 
 /* coll.c: the collectives on host buffers; the public drt_* wrappers
- * (async.c) first wait for outstanding non-blocking requests */
+ * (blocking.c) first wait for outstanding non-blocking requests */
 int coll_allreduce(drt_comm_t *c, const void *send, void *recv, size_t count, drt_dtype_t t,
                    drt_op_t op, drt_error_t *err);
 int coll_broadcast(drt_comm_t *c, void *buf, size_t bytes, int root, drt_error_t *err);
@@ -214,20 +219,20 @@ int coll_reduce_scatter(drt_comm_t *c, const void *send, void *recv, size_t coun
                         drt_dtype_t t, drt_op_t op, drt_error_t *err);
 int coll_barrier(drt_comm_t *c, drt_error_t *err);
 
-/* async.c */
-void drt_async_stop(drt_comm_t *c);
+/* request.c: the non-blocking requests and their progress thread */
+void request_stop(drt_comm_t *c); /* ends the thread (drt_finalize) */
 /* until every queued non-blocking request is done: before anything else
  * uses the CPU groups (blocking collectives, the GPU path's fences) */
-void async_drain(drt_comm_t *c);
+void request_drain(drt_comm_t *c);
 /* drt_wait of a host (not GPU) request, and how long the progress thread spent on it */
-int async_wait_timed(drt_request_t *r, double *busy, drt_error_t *err);
+int request_wait_timed(drt_request_t *r, double *busy, drt_error_t *err);
 
 /* gpu.c: the GPU path's state, freed by drt_finalize (after aborting
  * outstanding NCCL work) */
 void gpu_finalize(drt_comm_t *c);
-/* drt_gpu_iallreduce's requests: async.c wraps them, gpu.c polls them */
+/* drt_gpu_iallreduce's requests: request.c wraps them, gpu.c polls them */
 struct gpu_req;
-drt_request_t *async_gpu_request(drt_comm_t *c, struct gpu_req *g);
+drt_request_t *request_gpu(drt_comm_t *c, struct gpu_req *g);
 int gpu_req_test(struct gpu_req *g, int *done, drt_error_t *err);
 int gpu_req_wait(struct gpu_req *g, drt_error_t *err); /* frees g */
 /* device memory for the gradient buckets (bucket.c), on the communicators'

@@ -33,28 +33,23 @@ int nccl_begin(struct gpu *g, const nccl_group_t *ng, drt_error_t *err)
         return 0;
     pthread_mutex_unlock(&g->issue);
     if (gpu_failed(g, err) == 0)
-        drt_fail(err, "ddprt: the NCCL %s communicator was aborted", ng->name);
+        rt_fail(err, "ddprt: the NCCL %s communicator was aborted", ng->name);
     return -1;
 }
 
-int nccl_settle(struct gpu *g, nccl_group_t *ng, ncclResult_t rc, const char *what,
-                drt_error_t *err)
-{
-    return nccl_settle_op(g, ng, rc, what, NULL, err);
-}
-
-int nccl_settle_op(struct gpu *g, nccl_group_t *ng, ncclResult_t rc, const char *what,
-                   ncclRedOp_t *op, drt_error_t *err)
+/* nccl_settle (gpu.h), then destroys *op (when given) before letting the comm go */
+static int nccl_settle_op(struct gpu *g, nccl_group_t *ng, ncclResult_t rc,
+                          const char *what, ncclRedOp_t *op, drt_error_t *err)
 {
     const cuda_api_t *a = g->api;
-    double deadline = drt_now() + g->c->timeout;
+    double deadline = rt_now() + g->c->timeout;
     char last[160];
 
     /* non-blocking communicators: the call may still be in progress, and
      * the communicator takes no other call until it is not */
     for (unsigned spins = 0; rc == ncclInProgress; spins++) {
         pthread_mutex_unlock(&g->issue);
-        if (drt_now() > deadline)
+        if (rt_now() > deadline)
             return gpu_fail(g, err, "ddprt: GPU collective #%llu: %s on the NCCL %s "
                             "communicator still in progress after DDPRT_TIMEOUT=%gs (a peer "
                             "did not join)", (unsigned long long)g->c->seq, what, ng->name,
@@ -78,9 +73,15 @@ int nccl_settle_op(struct gpu *g, nccl_group_t *ng, ncclResult_t rc, const char 
                     a->ncclGetErrorString(rc), *last ? ": " : "", last);
 }
 
+int nccl_settle(struct gpu *g, nccl_group_t *ng, ncclResult_t rc, const char *what,
+                drt_error_t *err)
+{
+    return nccl_settle_op(g, ng, rc, what, NULL, err);
+}
+
 int gpu_wait_event(struct gpu *g, cudaEvent_t ev, const char *what, drt_error_t *err)
 {
-    double deadline = drt_now() + g->c->timeout;
+    double deadline = rt_now() + g->c->timeout;
 
     for (unsigned spins = 0;; spins++) {
         cudaError_t rc;
@@ -92,7 +93,7 @@ int gpu_wait_event(struct gpu *g, cudaEvent_t ev, const char *what, drt_error_t 
             return 0;
         if (rc != cudaErrorNotReady)
             return cuda_ok(g, rc, what, err);
-        if (drt_now() > deadline)
+        if (rt_now() > deadline)
             return gpu_fail(g, err, "ddprt: GPU collective #%llu: %s: not done after "
                             "DDPRT_TIMEOUT=%gs (a peer stopped, or the stream waits on "
                             "something that never happens)", (unsigned long long)g->c->seq,
@@ -138,7 +139,7 @@ static ncclResult_t red_op(struct gpu *g, nccl_group_t *ng, int n, const coll_ar
     else if (x->t == DRT_FLOAT32)
         k.f = f;
     else
-        drt_from_f32(&k.h, &f, 1, x->t);
+        rt_from_f32(&k.h, &f, 1, x->t);
     *made = 1;
     return g->api->ncclRedOpCreatePreMulSum(op, &k, nccl_type(x->t), ncclScalarHostImmediate,
                                             ng->comm);
@@ -158,9 +159,9 @@ static int reduce_call(coll_set_t *s, const group_t *grp, int kind, const void *
     int made;
 
     if (x->op == DRT_AVG && !is_float(x->t) && grp->n != x->avg_n)
-        return drt_fail(err, "ddprt: an integer average over the %s group (%d of %d ranks) "
-                        "would round more than once: use the flat algorithm", ng->name, grp->n,
-                        x->avg_n);
+        return rt_fail(err, "ddprt: an integer average over the %s group (%d of %d ranks) "
+                       "would round more than once: use the flat algorithm", ng->name, grp->n,
+                       x->avg_n);
     if (nccl_begin(g, ng, err) < 0)
         return -1;
     rc = red_op(g, ng, grp->n, x, &op, &made);
@@ -181,9 +182,9 @@ static int blocks(const group_t *grp, const span_t *sp, size_t esize, drt_error_
 {
     for (int i = 1; i < grp->n; i++)
         if (sp[i].count != sp[0].count || sp[i].off != sp[0].off + (size_t)i * sp[0].count * esize)
-            return drt_fail(err, "ddprt: NCCL %s: spans must be equal and contiguous "
-                            "(span %d: %zu elements at byte %zu)",
-                            ((const nccl_group_t *)grp->impl)->name, i, sp[i].count, sp[i].off);
+            return rt_fail(err, "ddprt: NCCL %s: spans must be equal and contiguous "
+                           "(span %d: %zu elements at byte %zu)",
+                           ((const nccl_group_t *)grp->impl)->name, i, sp[i].count, sp[i].off);
     return 0;
 }
 
@@ -256,14 +257,14 @@ static int stage_room(struct gpu *g, size_t bytes, size_t widened, drt_error_t *
         g->stage_cap = 0;
         if ((rc = g->api->cudaHostAlloc((void **)&g->stage, bytes, cudaHostAllocDefault)) !=
             cudaSuccess)
-            return drt_fail(err, "ddprt: cannot pin %zu bytes of host memory for the rail "
-                            "phase: %s", bytes, g->api->cudaGetErrorString(rc));
+            return rt_fail(err, "ddprt: cannot pin %zu bytes of host memory for the rail "
+                           "phase: %s", bytes, g->api->cudaGetErrorString(rc));
         g->stage_cap = bytes;
     }
     if (widened > g->widened_cap) {
         float *w = realloc(g->widened, widened * sizeof(float));
         if (!w)
-            return drt_fail(err, "out of memory for %zu float32 elements", widened);
+            return rt_fail(err, "out of memory for %zu float32 elements", widened);
         g->widened = w;
         g->widened_cap = widened;
     }
@@ -303,18 +304,18 @@ static int staged_allreduce(coll_set_t *s, const group_t *grp, const coll_args_t
         return -1;
     h.buf = half ? (unsigned char *)g->widened : g->stage;
     if (half)
-        drt_to_f32(g->widened, g->stage, x->count, x->t);
+        rt_to_f32(g->widened, g->stage, x->count, x->t);
     if (c->rail.ops->allreduce(&c->cpu, &c->rail, &h, 0, err) < 0)
         return gpu_fail(g, err, "%s", err->text); /* the peers' NCCL phases must stop too */
     if (half)
-        drt_from_f32(g->stage, g->widened, x->count, x->t);
+        rt_from_f32(g->stage, g->widened, x->count, x->t);
     return copy_wait(g, x->buf + off, g->stage, bytes, cudaMemcpyHostToDevice, err);
 }
 
 /* algo.c asks a rail group for its allreduce only */
 static int staged_only(drt_error_t *err)
 {
-    return drt_fail(err, "ddprt: the host-staged rail group runs allreduce only");
+    return rt_fail(err, "ddprt: the host-staged rail group runs allreduce only");
 }
 
 static int staged_rs(coll_set_t *s, const group_t *grp, const coll_args_t *x, const span_t *sp,
@@ -363,8 +364,8 @@ static void *gpu_alloc(coll_set_t *s, size_t bytes, drt_error_t *err)
     cudaError_t rc = g->api->cudaMallocAsync(&p, bytes ? bytes : 1, g->stream);
 
     if (rc != cudaSuccess) {
-        drt_fail(err, "ddprt: cannot allocate %zu bytes on CUDA device %d: %s", bytes,
-                 g->device, g->api->cudaGetErrorString(rc));
+        rt_fail(err, "ddprt: cannot allocate %zu bytes on CUDA device %d: %s", bytes,
+                g->device, g->api->cudaGetErrorString(rc));
         return NULL;
     }
     return p;
@@ -441,7 +442,7 @@ static int lane_event(struct gpu *g, int k, drt_error_t *err)
     if (k < g->nlane_done)
         return 0;
     if (!(more = realloc(g->lane_done, (size_t)(k + 1) * sizeof(*more))))
-        return drt_fail(err, "out of memory");
+        return rt_fail(err, "out of memory");
     g->lane_done = more;
     if (cuda_ok(g, g->api->cudaEventCreateWithFlags(&more[k], cudaEventDisableTiming),
                 "cudaEventCreateWithFlags", err) < 0)
@@ -475,7 +476,7 @@ static int lane_join(coll_set_t *s, int k, drt_error_t *err)
     struct gpu *g = of(s);
 
     if (k >= g->lane_calls)
-        return drt_fail(err, "ddprt: lane join %d before side call %d", k, k);
+        return rt_fail(err, "ddprt: lane join %d before side call %d", k, k);
     return cuda_ok(g, g->api->cudaStreamWaitEvent(g->stream, g->lane_done[k], 0),
                    "cudaStreamWaitEvent", err);
 }

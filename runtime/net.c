@@ -23,7 +23,7 @@ static int wait_fd(int fd, short events, double deadline)
     struct pollfd p = {.fd = fd, .events = events};
 
     for (;;) {
-        double left = deadline - drt_now();
+        double left = deadline - rt_now();
         int rc;
         if (left <= 0)
             return 0;
@@ -61,7 +61,7 @@ int net_listen_on(uint32_t ip, int port, int *out_port, drt_error_t *err)
     char where[INET_ADDRSTRLEN] = "";
 
     if (fd < 0)
-        return drt_fail(err, "cannot create a socket: %s", strerror(errno));
+        return rt_fail(err, "cannot create a socket: %s", strerror(errno));
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, 1024) < 0) {
         int e = errno;
@@ -70,10 +70,10 @@ int net_listen_on(uint32_t ip, int port, int *out_port, drt_error_t *err)
             hint = " (another job on this node? set DDPRT_PORT, the runtime's port, or "
                    "MASTER_PORT when DDPRT_PORT is unset)";
         if (ip == htonl(INADDR_ANY))
-            drt_fail(err, "cannot listen on port %d: %s%s", port, strerror(e), hint);
+            rt_fail(err, "cannot listen on port %d: %s%s", port, strerror(e), hint);
         else
-            drt_fail(err, "cannot listen on %s port %d: %s%s",
-                     inet_ntop(AF_INET, &ip, where, sizeof(where)), port, strerror(e), hint);
+            rt_fail(err, "cannot listen on %s port %d: %s%s",
+                    inet_ntop(AF_INET, &ip, where, sizeof(where)), port, strerror(e), hint);
         errno = e; /* callers retry on EADDRINUSE */
         return -1;
     }
@@ -156,11 +156,11 @@ int net_connect_from(const char *host, int port, uint32_t src, double deadline,
 
     snprintf(service, sizeof(service), "%d", port);
     if ((rc = getaddrinfo(host, service, &hints, &ai)) != 0) {
-        drt_fail(err, "cannot resolve '%s': %s", host, gai_strerror(rc));
+        rt_fail(err, "cannot resolve '%s': %s", host, gai_strerror(rc));
         return NET_ERESOLVE;
     }
     for (;;) {
-        double step = drt_now() + 1.0 < deadline ? drt_now() + 1.0 : deadline;
+        double step = rt_now() + 1.0 < deadline ? rt_now() + 1.0 : deadline;
         int fd = try_connect(ai, src, step);
         if (fd >= 0) {
             freeaddrinfo(ai);
@@ -171,33 +171,18 @@ int net_connect_from(const char *host, int port, uint32_t src, double deadline,
             int e = errno;
             freeaddrinfo(ai);
             inet_ntop(AF_INET, &src, from, sizeof(from));
-            drt_fail(err, "cannot connect from %s: %s", from, strerror(e));
+            rt_fail(err, "cannot connect from %s: %s", from, strerror(e));
             return NET_ELOCAL;
         }
-        if (drt_now() + backoff >= deadline)
+        if (rt_now() + backoff >= deadline)
             break;
         struct timespec ts = {0, (long)(backoff * 1e9)};
         nanosleep(&ts, NULL);
         backoff = backoff < 0.5 ? backoff * 2 : 0.5;
     }
     freeaddrinfo(ai);
-    drt_fail(err, "no answer from %s:%d", host, port);
+    rt_fail(err, "no answer from %s:%d", host, port);
     return NET_EANSWER;
-}
-
-int net_accept(int lfd, double deadline, drt_error_t *err)
-{
-    for (;;) {
-        int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-        if (fd >= 0) {
-            net_tune(fd);
-            return fd;
-        }
-        if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
-            return drt_fail(err, "accept failed: %s", strerror(errno));
-        if (wait_fd(lfd, POLLIN, deadline) <= 0)
-            return drt_fail(err, "timed out");
-    }
 }
 
 /* All of buf, or -1 on error, EOF or the deadline. */

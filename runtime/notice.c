@@ -40,7 +40,7 @@ void notice_send(drt_comm_t *c, int dead)
 
 void notice_send_kind(drt_comm_t *c, int dead, int kind, uint64_t seq)
 {
-    notice_t n = {.magic = DRT_MAGIC, .dead = (uint32_t)dead, .reporter = (uint32_t)c->rank,
+    notice_t n = {.magic = RT_MAGIC, .dead = (uint32_t)dead, .reporter = (uint32_t)c->rank,
                   .kind = (uint32_t)kind, .seq = seq};
 
     if (c->notice_fd < 0 || !c->ep_ip)
@@ -65,22 +65,22 @@ int notice_check(drt_comm_t *c, unsigned kinds, drt_error_t *err)
         return 0;
     while (recv(c->notice_fd, &n, sizeof(n), 0) == (ssize_t)sizeof(n)) {
         char where[64];
-        if (n.magic != DRT_MAGIC || (int)n.dead >= c->size || n.kind >= 32 ||
+        if (n.magic != RT_MAGIC || (int)n.dead >= c->size || n.kind >= 32 ||
             !(kinds & (1u << n.kind)) ||
             !auth_check(c, "ddprt notice", &n, offsetof(notice_t, mac), NULL, 0, n.mac))
             continue;
         if (n.kind == NOTICE_GPU_ERROR)
-            return drt_fail(err, "rank %u (%s) reported an NCCL error in collective #%llu "
-                            "(its own error says which)", n.dead,
-                            drt_where(c, (int)n.dead, where, sizeof(where)),
-                            (unsigned long long)n.seq);
+            return rt_fail(err, "rank %u (%s) reported an NCCL error in collective #%llu "
+                           "(its own error says which)", n.dead,
+                           rt_where(c, (int)n.dead, where, sizeof(where)),
+                           (unsigned long long)n.seq);
         if (n.kind == NOTICE_GPU_INIT)
-            return drt_fail(err, "ddprt: rank %u (%s) could not start its NCCL communicators "
-                            "(its own error says why)", n.dead,
-                            drt_where(c, (int)n.dead, where, sizeof(where)));
-        return drt_fail(err, "rank %u (%s) died during collective #%llu (reported by rank %u)",
-                        n.dead, drt_where(c, (int)n.dead, where, sizeof(where)),
-                        (unsigned long long)n.seq, n.reporter);
+            return rt_fail(err, "ddprt: rank %u (%s) could not start its NCCL communicators "
+                           "(its own error says why)", n.dead,
+                           rt_where(c, (int)n.dead, where, sizeof(where)));
+        return rt_fail(err, "rank %u (%s) died during collective #%llu (reported by rank %u)",
+                       n.dead, rt_where(c, (int)n.dead, where, sizeof(where)),
+                       (unsigned long long)n.seq, n.reporter);
     }
     return 0;
 }

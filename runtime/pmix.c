@@ -31,8 +31,8 @@ static int fence(const drt_comm_t *c, drt_error_t *err)
     PMIx_Info_load(&info[1], PMIX_TIMEOUT, &timeout, PMIX_INT);
     rc = PMIx_Fence(NULL, 0, info, 2);
     if (rc != PMIX_SUCCESS)
-        return drt_fail(err, "bootstrap: PMIx fence failed: %s (a rank missing or dead? "
-                        "DDPRT_TIMEOUT=%.0f s)", PMIx_Error_string(rc), c->timeout);
+        return rt_fail(err, "bootstrap: PMIx fence failed: %s (a rank missing or dead? "
+                       "DDPRT_TIMEOUT=%.0f s)", PMIx_Error_string(rc), c->timeout);
     return 0;
 }
 
@@ -44,23 +44,23 @@ int pmix_exchange(drt_comm_t *c, const void *mine, void *table, size_t size, drt
     int rc = PMIx_Init(&me, NULL, 0);
 
     if (rc != PMIX_SUCCESS)
-        return drt_fail(err, "bootstrap: PMIx_Init failed: %s", PMIx_Error_string(rc));
+        return rt_fail(err, "bootstrap: PMIx_Init failed: %s", PMIx_Error_string(rc));
     c->pmix = 1;
     if ((int)me.rank != c->rank)
-        return drt_fail(err, "bootstrap: PMIx rank %u is not RANK=%d (launcher variables disagree)",
-                        me.rank, c->rank);
+        return rt_fail(err, "bootstrap: PMIx rank %u is not RANK=%d (launcher variables disagree)",
+                       me.rank, c->rank);
     PMIx_Value_load(&v, &bo, PMIX_BYTE_OBJECT);
     rc = PMIx_Put(PMIX_GLOBAL, KEY, &v);
     PMIX_VALUE_DESTRUCT(&v);
     if (rc != PMIX_SUCCESS || PMIx_Commit() != PMIX_SUCCESS)
-        return drt_fail(err, "bootstrap: PMIx_Put failed: %s", PMIx_Error_string(rc));
+        return rt_fail(err, "bootstrap: PMIx_Put failed: %s", PMIx_Error_string(rc));
     if (fence(c, err) < 0)
         return -1;
     for (int r = 0; r < c->size; r++) {
         PMIX_PROC_LOAD(&p, me.nspace, (pmix_rank_t)r);
         if (PMIx_Get(&p, KEY, NULL, 0, &got) != PMIX_SUCCESS || got->type != PMIX_BYTE_OBJECT ||
             got->data.bo.size != size)
-            return drt_fail(err, "bootstrap: no endpoint of rank %d in PMIx", r);
+            return rt_fail(err, "bootstrap: no endpoint of rank %d in PMIx", r);
         memcpy((char *)table + (size_t)r * size, got->data.bo.bytes, size);
         PMIX_VALUE_RELEASE(got);
     }
@@ -86,7 +86,7 @@ int pmix_exchange(drt_comm_t *c, const void *mine, void *table, size_t size, drt
     (void)mine;
     (void)table;
     (void)size;
-    return drt_fail(err, "bootstrap: built without PMIx");
+    return rt_fail(err, "bootstrap: built without PMIx");
 }
 
 void pmix_finalize(drt_comm_t *c)

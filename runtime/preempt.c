@@ -44,7 +44,7 @@ int drt_preempt_watch(drt_error_t *err)
     sa.sa_flags = SA_RESTART;
     for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
         if (sigaction(sigs[i], &sa, NULL) < 0)
-            return drt_fail(err, "cannot catch signal %d: %s", sigs[i], strerror(errno));
+            return rt_fail(err, "cannot catch signal %d: %s", sigs[i], strerror(errno));
     return 0;
 }
 

@@ -41,7 +41,7 @@ size_t drt_dtype_size(drt_dtype_t t)
     } while (0)
 
 /* acc[i] = acc[i] (op) in[i]; 16-bit floats arrive here as float32. */
-void drt_reduce(void *acc, const void *in, size_t count, drt_dtype_t t, drt_op_t op)
+void rt_reduce(void *acc, const void *in, size_t count, drt_dtype_t t, drt_op_t op)
 {
     switch (t) {
     case DRT_FLOAT64: REDUCE_IN_PLACE(double); break;
@@ -60,8 +60,8 @@ void drt_reduce(void *acc, const void *in, size_t count, drt_dtype_t t, drt_op_t
 
 /* out[i] = x[i] (op) y[i], none overlapping: out of place, one pass instead
  * of a copy and a reduction. */
-void drt_reduce_to(void *out, const void *x, const void *y, size_t count, drt_dtype_t t,
-                   drt_op_t op)
+void rt_reduce_to(void *out, const void *x, const void *y, size_t count, drt_dtype_t t,
+                  drt_op_t op)
 {
     switch (t) {
     case DRT_FLOAT64: REDUCE_OUT(double); break;
@@ -71,7 +71,7 @@ void drt_reduce_to(void *out, const void *x, const void *y, size_t count, drt_dt
     }
 }
 
-void drt_scale_avg(void *buf, size_t count, drt_dtype_t t, int n)
+void rt_scale_avg(void *buf, size_t count, drt_dtype_t t, int n)
 {
     switch (t) {
     case DRT_FLOAT64:
@@ -161,7 +161,7 @@ static uint16_t to_f16(float f)
 }
 
 /* User buffers may have any alignment: 16-bit values move through memcpy. */
-void drt_to_f32(float *out, const void *in, size_t count, drt_dtype_t t)
+void rt_to_f32(float *out, const void *in, size_t count, drt_dtype_t t)
 {
     const unsigned char *p = in;
 
@@ -172,7 +172,7 @@ void drt_to_f32(float *out, const void *in, size_t count, drt_dtype_t t)
     }
 }
 
-void drt_from_f32(void *out, const float *in, size_t count, drt_dtype_t t)
+void rt_from_f32(void *out, const float *in, size_t count, drt_dtype_t t)
 {
     unsigned char *p = out;
 

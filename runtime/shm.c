@@ -54,7 +54,7 @@ static void pause_ms(int ms)
 /* Local rank 0 creates; the others wait for it. */
 static int open_segment(const drt_comm_t *c, const char *name, size_t size, drt_error_t *err)
 {
-    double deadline = drt_now() + c->timeout;
+    double deadline = rt_now() + c->timeout;
     struct stat st;
     int fd;
 
@@ -62,8 +62,8 @@ static int open_segment(const drt_comm_t *c, const char *name, size_t size, drt_
         shm_unlink(name);
         fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
         if (fd < 0 || ftruncate(fd, (off_t)size) < 0)
-            return drt_fail(err, "cannot create shared memory %s (%zu MiB): %s (is /dev/shm "
-                            "big enough?)", name, size >> 20, strerror(errno));
+            return rt_fail(err, "cannot create shared memory %s (%zu MiB): %s (is /dev/shm "
+                           "big enough?)", name, size >> 20, strerror(errno));
         return fd;
     }
     for (;;) {
@@ -74,21 +74,21 @@ static int open_segment(const drt_comm_t *c, const char *name, size_t size, drt_
             return fd;
         if (fd >= 0)
             close(fd);
-        if (drt_now() > deadline)
-            return drt_fail(err, "local rank 0 (rank %d) did not create shared memory %s within "
-                            "%.0f s", c->node.ranks[0], name, c->timeout);
+        if (rt_now() > deadline)
+            return rt_fail(err, "local rank 0 (rank %d) did not create shared memory %s within "
+                           "%.0f s", c->node.ranks[0], name, c->timeout);
         pause_ms(1);
     }
 }
 
 static int wait_attached(const drt_comm_t *c, shm_header_t *h, drt_error_t *err)
 {
-    double deadline = drt_now() + c->timeout;
+    double deadline = rt_now() + c->timeout;
 
     while (__atomic_load_n(&h->attached, __ATOMIC_ACQUIRE) < (uint32_t)c->node.n) {
-        if (drt_now() > deadline)
-            return drt_fail(err, "only %u of %d local ranks attached to shared memory within "
-                            "%.0f s", h->attached, c->node.n, c->timeout);
+        if (rt_now() > deadline)
+            return rt_fail(err, "only %u of %d local ranks attached to shared memory within "
+                           "%.0f s", h->attached, c->node.n, c->timeout);
         pause_ms(1);
     }
     return 0;
@@ -112,7 +112,7 @@ int shm_attach(drt_comm_t *c, drt_error_t *err)
     close(fd);
     if (c->shm->base == MAP_FAILED) {
         c->shm->base = NULL;
-        return drt_fail(err, "cannot map shared memory %s: %s", name, strerror(errno));
+        return rt_fail(err, "cannot map shared memory %s: %s", name, strerror(errno));
     }
     h = c->shm->base;
     rings = (unsigned char *)c->shm->base + HEADER;

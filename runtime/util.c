@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-int drt_fail(drt_error_t *err, const char *fmt, ...)
+int rt_fail(drt_error_t *err, const char *fmt, ...)
 {
     va_list ap;
 
@@ -39,7 +39,7 @@ static void log_line(const drt_comm_t *c, const char *fmt, va_list ap)
         return; /* nowhere to log to */
 }
 
-void drt_log(const drt_comm_t *c, const char *fmt, ...)
+void rt_log(const drt_comm_t *c, const char *fmt, ...)
 {
     va_list ap;
 
@@ -50,7 +50,7 @@ void drt_log(const drt_comm_t *c, const char *fmt, ...)
     va_end(ap);
 }
 
-void drt_warn(const drt_comm_t *c, const char *fmt, ...)
+void rt_warn(const drt_comm_t *c, const char *fmt, ...)
 {
     va_list ap;
 
@@ -59,7 +59,7 @@ void drt_warn(const drt_comm_t *c, const char *fmt, ...)
     va_end(ap);
 }
 
-const char *drt_where(const drt_comm_t *c, int rank, char *buf, size_t len)
+const char *rt_where(const drt_comm_t *c, int rank, char *buf, size_t len)
 {
     char ip[INET_ADDRSTRLEN] = "?";
 
@@ -68,7 +68,7 @@ const char *drt_where(const drt_comm_t *c, int rank, char *buf, size_t len)
     return buf;
 }
 
-double drt_now(void)
+double rt_now(void)
 {
     struct timespec ts;
 

@@ -20,8 +20,8 @@
 static size_t ring_write(shm_ring_t *r, const unsigned char *p, size_t len)
 {
     uint64_t head = __atomic_load_n(&r->head, __ATOMIC_ACQUIRE), tail = r->tail;
-    size_t space = DRT_SHM_RING - (size_t)(tail - head), off = (size_t)(tail % DRT_SHM_RING);
-    size_t n = len < space ? len : space, first = n < DRT_SHM_RING - off ? n : DRT_SHM_RING - off;
+    size_t space = RT_SHM_RING - (size_t)(tail - head), off = (size_t)(tail % RT_SHM_RING);
+    size_t n = len < space ? len : space, first = n < RT_SHM_RING - off ? n : RT_SHM_RING - off;
 
     memcpy(r->data + off, p, first);
     memcpy(r->data, p + first, n - first);
@@ -32,8 +32,8 @@ static size_t ring_write(shm_ring_t *r, const unsigned char *p, size_t len)
 static size_t ring_read(shm_ring_t *r, unsigned char *p, size_t len)
 {
     uint64_t tail = __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE), head = r->head;
-    size_t avail = (size_t)(tail - head), off = (size_t)(head % DRT_SHM_RING);
-    size_t n = len < avail ? len : avail, first = n < DRT_SHM_RING - off ? n : DRT_SHM_RING - off;
+    size_t avail = (size_t)(tail - head), off = (size_t)(head % RT_SHM_RING);
+    size_t n = len < avail ? len : avail, first = n < RT_SHM_RING - off ? n : RT_SHM_RING - off;
 
     memcpy(p, r->data + off, first);
     memcpy(p + first, r->data, n - first);
@@ -62,9 +62,9 @@ struct side {
 static void combine(const side_t *s, size_t off, const unsigned char *in, size_t n)
 {
     if (s->base)
-        drt_reduce_to(s->buf + off, s->base + off, in, n / s->esize, s->t, s->op);
+        rt_reduce_to(s->buf + off, s->base + off, in, n / s->esize, s->t, s->op);
     else
-        drt_reduce(s->buf + off, in, n / s->esize, s->t, s->op);
+        rt_reduce(s->buf + off, in, n / s->esize, s->t, s->op);
 }
 
 #define BOUNCE (256u << 10)
@@ -86,11 +86,11 @@ static ssize_t shm_recv_reduce(side_t *s, size_t left)
 {
     shm_ring_t *r = s->ch->rx;
     uint64_t tail = __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE), head = r->head;
-    size_t avail = (size_t)(tail - head), off = (size_t)(head % DRT_SHM_RING), n, first;
+    size_t avail = (size_t)(tail - head), off = (size_t)(head % RT_SHM_RING), n, first;
 
     n = left < avail ? left : avail;
     n -= n % s->esize;
-    first = n < DRT_SHM_RING - off ? n : DRT_SHM_RING - off;
+    first = n < RT_SHM_RING - off ? n : RT_SHM_RING - off;
     combine(s, s->done, r->data + off, first);
     combine(s, s->done + first, r->data, n - first);
     __atomic_store_n(&r->head, head + n, __ATOMIC_RELEASE);
@@ -258,7 +258,7 @@ static void idle(const side_t *s, int spins)
 
 static int run(drt_comm_t *c, side_t *s, drt_error_t *err)
 {
-    double last = drt_now();
+    double last = rt_now();
     int spins = 0;
 
     while (s[0].done < total(&s[0]) || s[1].done < total(&s[1])) {
@@ -270,16 +270,16 @@ static int run(drt_comm_t *c, side_t *s, drt_error_t *err)
             if (n < 0) {
                 char where[64];
                 notice_send(c, s[i].ch->peer);
-                return drt_fail(err, "rank %d (%s) %s during collective #%llu (rank %d died, "
-                                "or its node?)", s[i].ch->peer,
-                                drt_where(c, s[i].ch->peer, where, sizeof(where)),
-                                s[i].sending ? "stopped receiving" : "closed its connection",
-                                (unsigned long long)c->seq, s[i].ch->peer);
+                return rt_fail(err, "rank %d (%s) %s during collective #%llu (rank %d died, "
+                               "or its node?)", s[i].ch->peer,
+                               rt_where(c, s[i].ch->peer, where, sizeof(where)),
+                               s[i].sending ? "stopped receiving" : "closed its connection",
+                               (unsigned long long)c->seq, s[i].ch->peer);
             }
             moved += n;
         }
         if (moved) {
-            last = drt_now();
+            last = rt_now();
             spins = 0;
             continue;
         }
@@ -288,20 +288,20 @@ static int run(drt_comm_t *c, side_t *s, drt_error_t *err)
                 if (notice_check(c, NOTICE_DIED_ONLY, err) < 0)
                     return -1; /* it died because another rank did */
                 notice_send(c, s[i].ch->peer);
-                return drt_fail(err, "rank %d (pid %d on this node) died during collective #%llu",
-                                s[i].ch->peer, (int)s[i].ch->pid, (unsigned long long)c->seq);
+                return rt_fail(err, "rank %d (pid %d on this node) died during collective #%llu",
+                               s[i].ch->peer, (int)s[i].ch->pid, (unsigned long long)c->seq);
             }
         if (spins % 64 == 0 && notice_check(c, NOTICE_DIED_ONLY, err) < 0) /* a syscall: not every spin */
             return -1;
         if (__atomic_load_n(&c->abort, __ATOMIC_ACQUIRE))
-            return drt_fail(err, "collective #%llu abandoned: the other phase failed",
-                            (unsigned long long)c->seq);
-        if (drt_now() - last > c->timeout) {
+            return rt_fail(err, "collective #%llu abandoned: the other phase failed",
+                           (unsigned long long)c->seq);
+        if (rt_now() - last > c->timeout) {
             int who = s[1].done < total(&s[1]) ? s[1].ch->peer : s[0].ch->peer;
             char where[64];
-            return drt_fail(err, "rank %d (%s) did not answer for %.0f s during collective "
-                            "#%llu (DDPRT_TIMEOUT)", who, drt_where(c, who, where, sizeof(where)),
-                            c->timeout, (unsigned long long)c->seq);
+            return rt_fail(err, "rank %d (%s) did not answer for %.0f s during collective "
+                           "#%llu (DDPRT_TIMEOUT)", who, rt_where(c, who, where, sizeof(where)),
+                           c->timeout, (unsigned long long)c->seq);
         }
         idle(s, spins++);
     }
@@ -329,7 +329,7 @@ int xfer_reduce(drt_comm_t *c, int to, const void *sbuf, size_t slen, int from, 
 
     if (s[1].ch->tp->remote) {
         if (!c->bounce && !(c->bounce = malloc(BOUNCE)))
-            return drt_fail(err, "out of memory");
+            return rt_fail(err, "out of memory");
         s[1].bounce = c->bounce;
     }
     return run(c, s, err);

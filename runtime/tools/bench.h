@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* ddp-allreduce-bench: what bench.c (options, host side, output) and
- * bench-gpu.c (--device cuda) share. */
+/* ddp-allreduce-bench: what its files share. bench.c (options, host side,
+ * output) calls down into bench-gpu.c (--device cuda), and both into
+ * bench-check.c (inputs, expected results, the check); nothing calls back
+ * up. */
 #ifndef DDP_BENCH_H
 #define DDP_BENCH_H
 
@@ -20,7 +22,8 @@ typedef struct {
     int nccl; /* --nccl: time ncclAllReduce on a communicator of our own */
 } opts_t;
 
-/* Rank r's input element i, and the exact result over n ranks. */
+/* bench-check.c. Rank r's input element i, and the exact result over n
+ * ranks. */
 double input(int r, size_t i);
 double expected(const opts_t *o, int n, size_t i);
 void store(void *buf, size_t i, drt_dtype_t t, double v);

@@ -60,7 +60,7 @@ static void as_server(drt_comm_t *c, const uint8_t *data, size_t size)
     if (size && send(fd, data, size, MSG_NOSIGNAL) < 0)
         fuzz_fail("cannot send the input");
     shutdown(fd, SHUT_WR);
-    if (auth_serve(c, lfd, AUTH_BOOT, drt_now() + WAIT, take, NULL, &err) == 0)
+    if (auth_serve(c, lfd, AUTH_BOOT, rt_now() + WAIT, take, NULL, &err) == 0)
         fuzz_fail("auth_serve ended without its deadline or an authenticated client");
     close(fd);
     close(lfd);
@@ -97,7 +97,7 @@ static void as_client(drt_comm_t *c, const uint8_t *data, size_t size)
         fuzz_fail("net_listen: %s", err.text);
     if (pthread_create(&t, NULL, answer, &a) != 0)
         fuzz_fail("pthread_create failed");
-    fd = auth_connect(c, "127.0.0.1", port, AUTH_BOOT, &h, drt_now() + WAIT, &s, &err);
+    fd = auth_connect(c, "127.0.0.1", port, AUTH_BOOT, &h, rt_now() + WAIT, &s, &err);
     if (fd >= 0)
         fuzz_fail("a server without the secret passed the handshake");
     shutdown(a.lfd, SHUT_RDWR); /* wakes accept if no connection came */

@@ -68,7 +68,7 @@ int main(void)
         return 0;
     }
     ok(kernel_self_connects(), "the kernel connects 127.0.0.1:%d to itself here", PORT);
-    fd = net_connect("127.0.0.1", PORT, drt_now() + 0.3, &err);
+    fd = net_connect("127.0.0.1", PORT, rt_now() + 0.3, &err);
     ok(fd < 0, "net_connect does not take its own connection for a listener (got fd %d)", fd);
     ok(strstr(err.text, "no answer from 127.0.0.1:40001") != NULL, "... and says nobody answered: %s",
        err.text);

@@ -113,7 +113,7 @@ static int rows_check(ck_rank_t *all, int size, uint32_t nodes, drt_error_t *err
     for (int r = 0; r < size; r++) {
         if (ck_rank_parse(&all[r], sizeof(all[r]), (uint32_t)r, (uint32_t)size, nodes, &row,
                           why, sizeof(why)) < 0)
-            return drt_fail(err, "%s (another version of ddp-check on its node?)", why);
+            return rt_fail(err, "%s (another version of ddp-check on its node?)", why);
         all[r] = row;
     }
     return 0;
@@ -140,7 +140,7 @@ static int after_meeting(drt_comm_t *w, ck_rank_t *me, const drt_env_t *env,
     if (drt_allgather(w, me, all, sizeof(*me), &err) < 0 || rows_check(all, size, nodes, &err) < 0)
         goto fail;
     if (rank == 0)
-        bad = ck_report(stdout, all, size, env, drt_now() - t0);
+        bad = ck_report(stdout, all, size, env, rt_now() - t0);
     if (drt_broadcast(w, &bad, sizeof(bad), 0, &err) < 0)
         goto fail;
     free(all);
@@ -192,7 +192,7 @@ int main(int argc, char **argv)
     ck_rank_t me = {0};
     ck_master_t *m;
     int rc = parse(argc, argv, &o), group_fd;
-    double t0 = drt_now(), t_init;
+    double t0 = rt_now(), t_init;
 
     if (rc)
         return rc < 0 ? 2 : 0;
@@ -204,11 +204,11 @@ int main(int argc, char **argv)
     if (!(auth = auth_comm_bare(&env, o.timeout, &err)))
         ck_note(&me, 1, "the job's secret: %.160s", err.text);
     m = before_meeting(&me, &env, &o, auth, &group_fd);
-    t_init = drt_now();
+    t_init = rt_now();
     rc = drt_init(&world, &err);
     if (rc < 0) {
-        rc = not_met(&me, &env, m, drt_now() - t_init >= 0.95 * ck_meet_seconds(&o), err.text,
-                     drt_now() - t0);
+        rc = not_met(&me, &env, m, rt_now() - t_init >= 0.95 * ck_meet_seconds(&o), err.text,
+                     rt_now() - t0);
     } else {
         ck_master_stop(m, NULL, NULL); /* every rank has met: no probe is left to come */
         rc = after_meeting(world, &me, &env, &o, &group_fd, t0);

@@ -53,14 +53,14 @@ static int take_probe(void *ctx, int fd, const auth_session_t *s, const hello_t 
     char why[128];
 
     if (h->size != m->world || h->rank >= m->world ||
-        net_recv_all(fd, &p, sizeof(p), drt_now() + CK_ROW_WAIT) < 0)
-        drt_log(m->auth, "closed a probe claiming rank %u of %u (the check has %u ranks)",
-                h->rank, h->size, m->world);
+        net_recv_all(fd, &p, sizeof(p), rt_now() + CK_ROW_WAIT) < 0)
+        rt_log(m->auth, "closed a probe claiming rank %u of %u (the check has %u ranks)",
+               h->rank, h->size, m->world);
     else if (!auth_check(m->auth, "ddck row", s, sizeof(*s), &p.row, sizeof(p.row), p.mac))
-        drt_log(m->auth, "closed a probe from rank %u: its row fails its check", h->rank);
+        rt_log(m->auth, "closed a probe from rank %u: its row fails its check", h->rank);
     else if (ck_rank_parse(&p.row, sizeof(p.row), h->rank, m->world, m->nodes, &row, why,
                            sizeof(why)) < 0)
-        drt_log(m->auth, "closed a probe: %s", why);
+        rt_log(m->auth, "closed a probe: %s", why);
     else if (!m->seen[h->rank]) {
         m->seen[h->rank] = 1;
         m->rows[h->rank] = row;
@@ -101,7 +101,7 @@ ck_master_t *ck_master_serve(drt_comm_t *auth, uint16_t port, double seconds, ch
         snprintf(why, len, "out of memory");
         return NULL;
     }
-    *m = (ck_master_t){auth, -1, {-1, -1}, drt_now() + seconds, auth->env.world_size,
+    *m = (ck_master_t){auth, -1, {-1, -1}, rt_now() + seconds, auth->env.world_size,
                        auth->env.node_count, 0, calloc(auth->env.world_size, sizeof(ck_rank_t)),
                        calloc(auth->env.world_size, 1), 0};
     /* every address, as torch's TCPStore listens on MASTER_PORT */
@@ -122,7 +122,7 @@ void ck_master_stop(ck_master_t *m, ck_rank_t *rows, unsigned char *seen)
     /* a write to a pipe of our own does not block; poll wakes on it at once */
     if (write(m->wake[1], "", 1) < 0)
         fprintf(stderr, "ddp-topo check: cannot stop serving MASTER_PORT at once: %s; it "
-                "stops within %.0f s\n", strerror(errno), m->until - drt_now());
+                "stops within %.0f s\n", strerror(errno), m->until - rt_now());
     pthread_join(m->thread, NULL);
     for (uint32_t r = 0; r < m->world; r++) {
         if (seen)
@@ -151,7 +151,7 @@ static int probe(const ck_rank_t *me, const drt_env_t *env, drt_comm_t *auth, ui
     auth_session_t s;
     drt_error_t err;
     ck_probe_t p = {*me, {0}};
-    double deadline = drt_now() + timeout;
+    double deadline = rt_now() + timeout;
     int fd;
 
     inet_ntop(AF_INET, &ip, text, sizeof(text));

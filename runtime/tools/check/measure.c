@@ -79,11 +79,11 @@ static int time_allreduce(drt_comm_t *g, size_t bytes, double *seconds, drt_erro
 
     *seconds = 0;
     for (int i = 0; rc == 0 && i <= CK_ROUNDS; i++) {
-        double t0 = drt_now();
+        double t0 = rt_now();
         rc = drt_allreduce(g, buf, buf, count, DRT_FLOAT32, DRT_SUM, err);
         /* the first round sets up the rings */
-        if (i && (*seconds == 0 || drt_now() - t0 < *seconds))
-            *seconds = drt_now() - t0;
+        if (i && (*seconds == 0 || rt_now() - t0 < *seconds))
+            *seconds = rt_now() - t0;
     }
     free(buf);
     return rc;
@@ -158,7 +158,7 @@ static void count_stream(int fd, double deadline)
     int size = CK_SOCKBUF;
 
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
-    while (drt_now() < deadline && poll(&p, 1, 100) >= 0) {
+    while (rt_now() < deadline && poll(&p, 1, 100) >= 0) {
         ssize_t n = recv(fd, buf, sizeof(buf), 0);
         if (n > 0) {
             got += (uint64_t)n;
@@ -183,7 +183,7 @@ static int take_stream(void *ctx, int fd, const auth_session_t *s, const hello_t
         close(fd);
         return 1;
     }
-    drt_log(k->world, "link: closed a stream from rank %u, not from rank %d", h->rank, k->from);
+    rt_log(k->world, "link: closed a stream from rank %u, not from rank %d", h->rank, k->from);
     close(fd);
     return 0;
 }
@@ -193,25 +193,25 @@ static double stream(int fd, double seconds, double deadline)
 {
     static const char buf[1 << 16];
     struct pollfd p = {.fd = fd, .events = POLLOUT};
-    double t0 = drt_now();
+    double t0 = rt_now();
     uint64_t got = 0;
     size_t have = 0;
     int size = CK_SOCKBUF;
 
     setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
-    while (drt_now() < t0 + seconds && poll(&p, 1, 20) >= 0)
+    while (rt_now() < t0 + seconds && poll(&p, 1, 20) >= 0)
         if (send(fd, buf, sizeof(buf), MSG_NOSIGNAL | MSG_DONTWAIT) < 0 && errno != EAGAIN &&
             errno != EINTR)
             return 0;
     shutdown(fd, SHUT_WR);
     p.events = POLLIN;
-    while (have < sizeof(got) && drt_now() < deadline && poll(&p, 1, 100) >= 0) {
+    while (have < sizeof(got) && rt_now() < deadline && poll(&p, 1, 100) >= 0) {
         ssize_t n = recv(fd, (char *)&got + have, sizeof(got) - have, MSG_DONTWAIT);
         if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
             return 0;
         have += n > 0 ? (size_t)n : 0;
     }
-    return have == sizeof(got) ? (double)got / (drt_now() - t0) / 1e9 : 0;
+    return have == sizeof(got) ? (double)got / (rt_now() - t0) / 1e9 : 0;
 }
 
 /* The sink: auth_serve takes connections side by side, so strangers that
@@ -223,7 +223,7 @@ static void *sink(void *arg)
     drt_error_t err;
 
     if (auth_serve(k->world, k->listen_fd, AUTH_LINK, k->deadline, take_stream, k, &err) < 0)
-        drt_log(k->world, "link: no stream from rank %d: %s", k->from, err.text);
+        rt_log(k->world, "link: no stream from rank %d: %s", k->from, err.text);
     return NULL;
 }
 
@@ -245,7 +245,7 @@ int ck_link_listen(drt_comm_t *world, ck_rank_t *all, int *fd, drt_error_t *err)
         ck_note(&all[rank], 1, "link: %s", why.text);
     mine = (uint32_t)port;
     if (!ports)
-        drt_fail(err, "out of memory");
+        rt_fail(err, "out of memory");
     else if (drt_allgather(world, &mine, ports, sizeof(mine), err) == 0)
         rc = 0;
     for (int r = 0; rc == 0 && r < size; r++)
@@ -261,7 +261,7 @@ static int link_connect(drt_comm_t *world, const ck_rank_t *me, const ck_rank_t 
 {
     hello_t h = {(uint32_t)drt_size(world), me->rank, me->node, me->local, 0, 0, 0};
     uint32_t dst = link_ip(to, by_host);
-    double bound = deadline - drt_now();
+    double bound = deadline - rt_now();
     char host[INET_ADDRSTRLEN];
     auth_session_t s;
     drt_error_t err;
@@ -309,7 +309,7 @@ void ck_link(drt_comm_t *world, ck_rank_t *all, const ck_opts_t *o, int listen_f
     uint32_t nodes = (uint32_t)drt_node_count(world);
     ck_rank_t *me = &all[drt_rank(world)];
     int to = rail_peer(all, size, nodes, me, 1), from = rail_peer(all, size, nodes, me, -1);
-    double end = drt_now() + ck_link_seconds(o);
+    double end = rt_now() + ck_link_seconds(o);
     sink_t k = {world, listen_fd, from, end};
     pthread_t thread;
     int started = from >= 0 && listen_fd >= 0 && pthread_create(&thread, NULL, sink, &k) == 0;

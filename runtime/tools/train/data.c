@@ -141,11 +141,6 @@ dataset_t *data_create(size_t samples, uint64_t seed, char *err, size_t errlen)
     return d;
 }
 
-size_t data_samples(const dataset_t *d)
-{
-    return d->n;
-}
-
 const float *data_x(const dataset_t *d, size_t i)
 {
     return d->x + i * DATA_FEATURES;

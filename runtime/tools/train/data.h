@@ -37,7 +37,6 @@ typedef struct dataset dataset_t;
  * samples is 0 or above DATA_MAX_SAMPLES, or memory runs out. */
 #define DATA_MAX_SAMPLES ((size_t)1 << 30)
 dataset_t *data_create(size_t samples, uint64_t seed, char *err, size_t errlen);
-size_t data_samples(const dataset_t *d);
 const float *data_x(const dataset_t *d, size_t i); /* DATA_FEATURES floats */
 int data_y(const dataset_t *d, size_t i);
 void data_free(dataset_t *d);

@@ -23,14 +23,6 @@
 #include <string.h>
 #include <time.h>
 
-double train_clock(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void fatal(const char *what, const drt_error_t *e)
 {
     fprintf(stderr, "ddp-train: %s: %s\n", what, e->text);

@@ -17,6 +17,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define META_MAX 2048
 #define EPOCHS_MAX 1000000 /* options.c's --epochs limit: no run reaches a later epoch */
@@ -170,6 +171,15 @@ static int meta_check(const train_t *t, const char *meta, uint64_t step, char *w
 
 /* ---- saving ---- */
 
+/* seconds on a monotonic clock: what a checkpoint stalled its step */
+static double clock_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 /* Wait for the pending write: 1 written (st filled), 0 none pending, -1
  * failed (said on stderr; training goes on). */
 static int wait_write(train_t *t, drt_ckpt_stats_t *st)
@@ -251,7 +261,7 @@ static void save(train_t *t)
 
 void checkpoint_now(train_t *t, int wait)
 {
-    double t0 = train_clock();
+    double t0 = clock_now();
     drt_ckpt_stats_t st;
     int written = 0;
 
@@ -263,7 +273,7 @@ void checkpoint_now(train_t *t, int wait)
         if (wait)
             written = wait_write(t, &st) > 0;
     }
-    t->ckpt_stall = train_clock() - t0;
+    t->ckpt_stall = clock_now() - t0;
     if (written)
         print_write(t, &st, t->ckpt_stall);
     t->ckpt_step = t->s.step;

@@ -3,7 +3,9 @@
  * the model, the buckets; the end), state.c (checkpoints, resume,
  * preemption), telemetry.c (the step line and --metrics). The model and
  * the data are model.c and data.c; --plot and --compare are tools.h's;
- * files.h opens every file they write or read. */
+ * files.h opens every file they write or read. Calls go one way, down:
+ * ddp-train.c (the loop) calls setup.c and state.c, setup.c calls state.c,
+ * and none of them calls back up. */
 #ifndef DDP_TRAIN_H
 #define DDP_TRAIN_H
 
@@ -82,9 +84,6 @@ typedef struct {
     FILE *metrics, *dump;
     window_t w;
 } train_t;
-
-/* seconds on a monotonic clock */
-double train_clock(void);
 
 /* options.c: -1 to train; else the exit status (--help, a bad option, or
  * --plot/--compare, which it runs) */

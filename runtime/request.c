@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Non-blocking allreduce: a progress thread runs queued requests in the
- * order issued, so a training loop can compute while gradients travel.
- * Blocking collectives first wait until the queue is empty, so every rank
- * sees the same order of operations. */
+/* Requests: the non-blocking allreduce (drt_iallreduce, drt_test,
+ * drt_wait). A progress thread runs queued requests in the order issued, so
+ * a training loop can compute while gradients travel. The blocking
+ * collectives (blocking.c) first wait until the queue is empty
+ * (request_drain), so every rank sees the same order of operations. A GPU
+ * request (gpu.c) is only wrapped here, never queued. */
 #include "internal.h"
 
 #include <stdlib.h>
@@ -22,7 +24,7 @@ struct drt_request {
     struct gpu_req *gpu; /* drt_gpu_iallreduce's (gpu.c): polled there, never queued */
 };
 
-drt_request_t *async_gpu_request(drt_comm_t *c, struct gpu_req *g)
+drt_request_t *request_gpu(drt_comm_t *c, struct gpu_req *g)
 {
     drt_request_t *r = calloc(1, sizeof(*r));
 
@@ -44,9 +46,9 @@ static void *progress(void *arg)
             break;
         r = c->queue_head;
         pthread_mutex_unlock(&c->lock);
-        r->t_start = drt_now();
+        r->t_start = rt_now();
         r->rc = coll_allreduce(c, r->send, r->recv, r->count, r->dtype, r->op, &r->err);
-        r->t_end = drt_now();
+        r->t_end = rt_now();
         pthread_mutex_lock(&c->lock);
         c->queue_head = r->next;
         if (!c->queue_head)
@@ -64,14 +66,14 @@ int drt_iallreduce(drt_comm_t *c, const void *send, void *recv, size_t count, dr
     drt_request_t *r = calloc(1, sizeof(*r));
 
     if (!r)
-        return drt_fail(err, "out of memory");
+        return rt_fail(err, "out of memory");
     *r = (drt_request_t){.comm = c, .send = send, .recv = recv, .count = count, .dtype = t, .op = op};
     pthread_mutex_lock(&c->lock);
     if (!c->thread_started) {
         if (pthread_create(&c->thread, NULL, progress, c) != 0) {
             pthread_mutex_unlock(&c->lock);
             free(r);
-            return drt_fail(err, "cannot start the progress thread");
+            return rt_fail(err, "cannot start the progress thread");
         }
         c->thread_started = 1;
     }
@@ -103,13 +105,13 @@ int drt_wait(drt_request_t *r, drt_error_t *err)
     int rc;
 
     if (!r->gpu)
-        return async_wait_timed(r, NULL, err);
+        return request_wait_timed(r, NULL, err);
     rc = gpu_req_wait(r->gpu, err);
     free(r);
     return rc;
 }
 
-int async_wait_timed(drt_request_t *r, double *busy, drt_error_t *err)
+int request_wait_timed(drt_request_t *r, double *busy, drt_error_t *err)
 {
     drt_comm_t *c = r->comm;
     int rc;
@@ -127,7 +129,7 @@ int async_wait_timed(drt_request_t *r, double *busy, drt_error_t *err)
     return rc;
 }
 
-void async_drain(drt_comm_t *c)
+void request_drain(drt_comm_t *c)
 {
     pthread_mutex_lock(&c->lock);
     while (c->queue_head)
@@ -135,7 +137,7 @@ void async_drain(drt_comm_t *c)
     pthread_mutex_unlock(&c->lock);
 }
 
-void drt_async_stop(drt_comm_t *c)
+void request_stop(drt_comm_t *c)
 {
     if (!c->thread_started)
         return;
@@ -145,36 +147,4 @@ void drt_async_stop(drt_comm_t *c)
     pthread_mutex_unlock(&c->lock);
     pthread_join(c->thread, NULL);
     c->thread_started = 0;
-}
-
-int drt_allreduce(drt_comm_t *c, const void *send, void *recv, size_t count, drt_dtype_t t,
-                  drt_op_t op, drt_error_t *err)
-{
-    async_drain(c);
-    return coll_allreduce(c, send, recv, count, t, op, err);
-}
-
-int drt_broadcast(drt_comm_t *c, void *buf, size_t bytes, int root, drt_error_t *err)
-{
-    async_drain(c);
-    return coll_broadcast(c, buf, bytes, root, err);
-}
-
-int drt_allgather(drt_comm_t *c, const void *send, void *recv, size_t bytes, drt_error_t *err)
-{
-    async_drain(c);
-    return coll_allgather(c, send, recv, bytes, err);
-}
-
-int drt_reduce_scatter(drt_comm_t *c, const void *send, void *recv, size_t count,
-                       drt_dtype_t t, drt_op_t op, drt_error_t *err)
-{
-    async_drain(c);
-    return coll_reduce_scatter(c, send, recv, count, t, op, err);
-}
-
-int drt_barrier(drt_comm_t *c, drt_error_t *err)
-{
-    async_drain(c);
-    return coll_barrier(c, err);
 }
