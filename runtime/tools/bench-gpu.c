@@ -3,11 +3,11 @@
  * Each call is timed on the device, with CUDA events recorded around it on
  * the stream (so launch overhead counts, for ddprt and --nccl alike), then
  * its result is copied back and checked: every iteration. CUDA and NCCL
- * come through runtime/cudaload.h, the library's own table, so the tool and
+ * come through runtime/gpu/cudaload.h, the library's own table, so the tool and
  * libddprt use one copy of each. */
 #include "config.h"
 #include "bench.h"
-#include "cudaload.h"
+#include "gpu/cudaload.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The checkpoint loader (runtime/ckpt.c) on the input as the one file of a
+/* The checkpoint loader (runtime/train/ckpt.c) on the input as the one file of a
  * checkpoint directory, named for the step its header holds (step 1 when
  * it is too short to hold one), so a whole image loads: drt_ckpt_open,
  * drt_ckpt_load, drt_ckpt_section over every section (an absent name walks

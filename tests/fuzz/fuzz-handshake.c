@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* The runtime's handshake (runtime/auth.c) against a peer that sends the
+/* The runtime's handshake (runtime/net/auth.c) against a peer that sends the
  * input: byte 0 picks the side. Even: the input comes from a client to a
  * rank's listening socket (auth_serve). Odd: it is what a "server" answers
  * a rank that connects (auth_connect). Real loopback sockets, the real

@@ -3,10 +3,10 @@
  * subcommand. Each prints what it did and ends with a line "PASS ...",
  * "FAIL ..." or "SKIP ..."; the exit status is 0, 1 or 77 (2: bad usage or
  * the libraries would not load). Device memory and streams come through
- * runtime/cudaload.h, the table libddprt uses, so the test and the library
+ * runtime/gpu/cudaload.h, the table libddprt uses, so the test and the library
  * share one libcudart and one NCCL. */
 #include "config.h"
-#include "cudaload.h"
+#include "gpu/cudaload.h"
 #include "ddprt.h"
 
 #include <stdarg.h>

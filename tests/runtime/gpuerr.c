@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cudaload.h"
+#include "gpu/cudaload.h"
 #include "ddprt.h"
 
 static int me;

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* libddprt's checkpoints (runtime/ckpt.c) on real files in a fresh
+/* libddprt's checkpoints (runtime/train/ckpt.c) on real files in a fresh
  * directory: round trips, keep, corrupt and hostile files, a crash's
  * leftovers, two levels, a full disk (a 1 MiB tmpfs), the stats; one run
  * per directory (the lock); paths and files another user could change

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* runtime/cudaload.c, compiled in: DDPRT_CUDART_LIBRARY and
+/* runtime/gpu/cudaload.c, compiled in: DDPRT_CUDART_LIBRARY and
  * DDPRT_NCCL_LIBRARY naming a FIFO, a directory or a device are refused
  * at once, naming the variable and what the file is; a FIFO used to block
  * dlopen (and the first GPU call) for good. cudaload() loads once per
@@ -7,7 +7,7 @@
  * (and fails) when it does not answer within WAIT seconds. */
 #include "config.h"
 
-#include "cudaload.h"
+#include "gpu/cudaload.h"
 #include "tap.h"
 
 #include <poll.h>

@@ -3,7 +3,7 @@
  * "Preflight: ddp-topo check"). One rank's findings travel to rank 0 in its
  * MASTER_PORT probe and to every rank in libddprt's allgather as a
  * ck_rank_t, plain bytes that every receiver checks (ck_rank_parse). Every
- * connection of the check is libddprt's own (runtime/net.c, runtime/auth.c):
+ * connection of the check is libddprt's own (runtime/net/net.c, runtime/net/auth.c):
  * authenticated with the job's secret, each wait bounded. */
 #ifndef DDP_CHECK_H
 #define DDP_CHECK_H

@@ -4,7 +4,7 @@
  * with PMIx (configure's HAVE_PMIX); DDPRT_BOOTSTRAP=tcp forces the TCP
  * rendezvous even then. */
 #include "config.h"
-#include "internal.h"
+#include "../internal.h"
 
 #include <stdlib.h>
 #include <string.h>

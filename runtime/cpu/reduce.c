@@ -2,7 +2,7 @@
 /* Element-wise reductions and the 16-bit float conversions. bfloat16 and
  * float16 are reduced in float32 (collectives convert once on the way in
  * and once on the way out), so rounding happens once, not once per hop. */
-#include "internal.h"
+#include "../internal.h"
 
 #include <string.h>
 

@@ -17,7 +17,7 @@
  * shaped link, a run that finds the token bucket full looked 40% faster
  * than the algorithm ever was). The ranks agree on the slowest rank's view
  * (max), so all of them always choose alike. */
-#include "internal.h"
+#include "../internal.h"
 
 #include <stdlib.h>
 #include <string.h>

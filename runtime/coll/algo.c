@@ -8,7 +8,7 @@
  *         segment k on the set's side lane while lane 0 runs the node phases,
  *         so a large message pays roughly the slowest phase, not the sum.
  * auto (auto.c) chooses between flat and hier from timed runs. */
-#include "internal.h"
+#include "../internal.h"
 
 #include <stdlib.h>
 

@@ -9,7 +9,7 @@
  * each span is reduced exactly once by each position, the first time buf is
  * touched there, and the one span never reduced here is sent from src and
  * later overwritten by the allgather. */
-#include "internal.h"
+#include "../internal.h"
 
 #include <pthread.h>
 #include <stdlib.h>

@@ -6,7 +6,7 @@
  * need on other nodes. Every connection is mutually authenticated (auth.c):
  * the job's secret never crosses the wire, strangers are closed and logged
  * and the job goes on. */
-#include "internal.h"
+#include "../internal.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

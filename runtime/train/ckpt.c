@@ -20,7 +20,7 @@
  * write. A run holds DIR/.ddprt-lock (flock) while open, so two runs never
  * share a directory: each would remove the other's files. */
 #define _GNU_SOURCE /* mkostemp */
-#include "internal.h"
+#include "../internal.h"
 
 #include <dirent.h>
 #include <errno.h>

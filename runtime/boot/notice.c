@@ -4,7 +4,7 @@
  * neighbour gave up would blame that neighbour; with it, every survivor
  * names the rank that died and the collective it died in. Best effort: the
  * timeout and broken connections still end every wait. */
-#include "internal.h"
+#include "../internal.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

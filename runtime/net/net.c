@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* TCP helpers with deadlines: nothing here blocks past the caller's time. */
 #define _GNU_SOURCE
-#include "internal.h"
+#include "../internal.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

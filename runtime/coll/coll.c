@@ -2,7 +2,7 @@
 /* The collectives on host buffers: the front end that stages the caller's
  * data for the algorithms (alignment, 16-bit floats widened to float32)
  * and runs them on the CPU set (cpu.c, algo.c, auto.c). */
-#include "internal.h"
+#include "../internal.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -12,7 +12,7 @@
  *   NCCL: $DDPRT_NCCL_LIBRARY when set (only that file), else
  *     libnccl.so.2 (the copy already loaded when there is one).
  *
- * Use from a tool or test (not only the library): compile runtime/cudaload.c
+ * Use from a tool or test (not only the library): compile runtime/gpu/cudaload.c
  * into it with $(CUDA_CPPFLAGS) $(NCCL_CPPFLAGS) and config.h included
  * first, link -ldl. Call cudaload() once, then the functions through the
  * table: `api->cudaMalloc(&p, n)`, `api->ncclAllReduce(...)`. The table

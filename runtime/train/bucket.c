@@ -17,7 +17,7 @@
  * With drt_buckets_gpu the buckets live in device memory: the copies, the
  * zeroing and the allreduces are enqueued on the caller's stream (NCCL),
  * in the same order as on the host, and finish waits on their events. */
-#include "internal.h"
+#include "../internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -2,7 +2,7 @@
 /* Helpers every part of the runtime uses: errors, log lines, the clock,
  * where a rank runs, the names of algorithms and types. The bottom of the
  * library: calls nothing of it. */
-#include "internal.h"
+#include "../internal.h"
 
 #include <arpa/inet.h>
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* The environment contract between the launcher (SPANK plugin, ddp-run,
  * torchrun) and the runtime. */
-#include "internal.h"
+#include "../internal.h"
 
 #include <ctype.h>
 #include <errno.h>

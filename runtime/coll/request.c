@@ -5,7 +5,7 @@
  * collectives (blocking.c) first wait until the queue is empty
  * (request_drain), so every rank sees the same order of operations. A GPU
  * request (gpu.c) is only wrapped here, never queued. */
-#include "internal.h"
+#include "../internal.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -3,7 +3,7 @@
  * of its ranks, so ranks of one node never talk over loopback TCP. The
  * segment is unlinked as soon as every local rank has mapped it, so nothing
  * is left in /dev/shm when a job dies. */
-#include "internal.h"
+#include "../internal.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -7,7 +7,7 @@
  * way out (for `timeout`, for an operator's second kill) when a rank
  * cannot get to the end of its step: blocked in a collective whose peer is
  * stopped, in a write nobody reads. */
-#include "internal.h"
+#include "../internal.h"
 
 #include <errno.h>
 #include <signal.h>

@@ -2,7 +2,7 @@
 /* The public blocking collectives (ddprt.h): each first waits until the
  * queued non-blocking requests are done (request.c), so every rank sees the
  * same order of operations, then runs the host collective (coll.c). */
-#include "internal.h"
+#include "../internal.h"
 
 int drt_allreduce(drt_comm_t *c, const void *send, void *recv, size_t count, drt_dtype_t t,
                   drt_op_t op, drt_error_t *err)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Communicator life cycle and queries: the top of the library. */
-#include "internal.h"
+#include "../internal.h"
 
 #include <ctype.h>
 #include <stdio.h>

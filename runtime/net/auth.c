@@ -16,7 +16,7 @@
  * own short deadline, so strangers that connect and say nothing cost the
  * job nothing but a file descriptor for AUTH_WAIT seconds. */
 #define _GNU_SOURCE /* accept4 */
-#include "internal.h"
+#include "../internal.h"
 
 #include <errno.h>
 #include <poll.h>

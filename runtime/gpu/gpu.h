@@ -12,7 +12,7 @@
 #define DDPRT_GPU_H
 
 #include "cudaload.h"
-#include "internal.h"
+#include "../internal.h"
 
 #ifdef CUDALOAD_HEADERS
 enum { GPU_WORLD, GPU_NODE, GPU_RAIL, GPU_GROUPS };

@@ -5,7 +5,7 @@
  * peer that dies or stops answering for the timeout ends the wait with an
  * error naming it. */
 #define _GNU_SOURCE
-#include "internal.h"
+#include "../internal.h"
 
 #include <errno.h>
 #include <poll.h>
