@@ -159,7 +159,7 @@ static void gpu_sockets(const dt_node_t *node, const dt_report_opts_t *o, unsign
     int all = 0;
 
     if (!cnt || !req || !tpc)
-        goto out;
+        goto out; /* out of memory: the cores dist_tasks alone would give */
     want = (need + tpc - 1) / tpc;
     for (unsigned k = 0; k < o->ngpus; k++) {
         unsigned g = 0;
@@ -259,11 +259,6 @@ static unsigned cores_used(const kind_t *k)
     return n;
 }
 
-/* An NCCL file lists CPUs, not cores, nor which CPUs are threads of one
- * core: split as cores, two ranks may get the two threads of the same
- * cores. Linux numbers a core's second thread half the node's CPU count
- * higher on most x86 nodes (AWS's p4d: CPU n and n+48, in one package), so
- * the ranks that would pair so are named, as a possibility, not a fact. */
 /* Threads of one core share its package: CPUs in two packages never pair. */
 static int same_package(const dt_node_t *node, int a, int b)
 {
@@ -273,6 +268,11 @@ static int same_package(const dt_node_t *node, int a, int b)
     return 1;
 }
 
+/* An NCCL file lists CPUs, not cores, nor which CPUs are threads of one
+ * core: split as cores, two ranks may get the two threads of the same
+ * cores. Linux numbers a core's second thread half the node's CPU count
+ * higher on most x86 nodes (AWS's p4d: CPU n and n+48, in one package), so
+ * the ranks that would pair so are named, as a possibility, not a fact. */
 static void sibling_warning(const dt_report_t *r, kind_t *k)
 {
     hwloc_bitmap_t all = hwloc_bitmap_alloc(), twin = hwloc_bitmap_alloc();
