@@ -7,7 +7,7 @@
 
 #include "ddptopo.h"
 
-/* Print "ddp-topo: WHAT: WHY (TODO)" and return -1 (exit status 1). */
+/* fail.c: print "ddp-topo: WHAT: WHY (TODO)" and return -1 (exit status 1). */
 int cli_fail(const char *what, const char *why, const char *todo);
 
 int cmd_report(int argc, char **argv);
