@@ -372,7 +372,7 @@ typedef struct {
                                * line's #!), 0: none */
     long srun_line;           /* the body's first srun command line, 0: none */
     unsigned nsrun;           /* srun command lines in the body */
-    char *joined, *words;     /* storage behind cmds and opts */
+    char *_joined, *_words;   /* internal: the storage behind cmds and opts */
 } dt_script_t;
 
 /* Read a script held in memory (len bytes, NULs allowed) or in a file (by

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* A job script's options as sbatch and srun read them (ddptopo.h says what
  * is read). Three copies of the script: the original, for printing lines as
- * written; `joined`, its body commands joined across backslash-newlines and
- * each line NUL-terminated, for the commands' text; and `words`, the same
+ * written; _joined, its body commands joined across backslash-newlines and
+ * each line NUL-terminated, for the commands' text; and _words, the same
  * cut into words in place, which the options point into. */
 #include "ddptopo.h"
 #include "internal.h"
@@ -215,11 +215,11 @@ typedef struct {
     int body;             /* past the first command: no more #SBATCH lines */
 } reader_t;
 
-/* One line (a command: its lines joined) of joined, s its first non-blank,
- * first..last its line numbers; copied into words to be cut there. */
+/* One line (a command: its lines joined) of _joined, s its first non-blank,
+ * first..last its line numbers; copied into _words to be cut there. */
 static int read_line(dt_script_t *sc, reader_t *r, char *s, long first, long last)
 {
-    char *w = sc->words + (s - sc->joined), *srun;
+    char *w = sc->_words + (s - sc->_joined), *srun;
 
     memcpy(w, s, strlen(s) + 1);
     if (!r->body) {
@@ -240,11 +240,11 @@ static int read_line(dt_script_t *sc, reader_t *r, char *s, long first, long las
 
 static int read_lines(dt_script_t *sc)
 {
-    char *limit = sc->joined + sc->len, *end;
+    char *limit = sc->_joined + sc->len, *end;
     reader_t r = {0};
     long lineno = 0;
 
-    for (char *line = sc->joined; line < limit; line = end + 1) {
+    for (char *line = sc->_joined; line < limit; line = end + 1) {
         char *s = line + strspn(line, " \t");
         long first = ++lineno;
         if (!(end = memchr(line, '\n', (size_t)(limit - line))))
@@ -264,7 +264,8 @@ static char *copy(const char *buf, size_t len)
     char *c = malloc(len + 1);
 
     if (c) {
-        memcpy(c, buf, len);
+        if (len) /* buf may be NULL then, which memcpy must never see */
+            memcpy(c, buf, len);
         c[len] = '\0';
     }
     return c;
@@ -274,8 +275,8 @@ int dt_script_parse(dt_script_t *sc, const char *buf, size_t len, dt_error_t *er
 {
     memset(sc, 0, sizeof(*sc));
     sc->len = len;
-    if (!(sc->original = copy(buf, len)) || !(sc->joined = copy(buf, len)) ||
-        !(sc->words = malloc(len + 1)) || read_lines(sc) < 0) {
+    if (!(sc->original = copy(buf, len)) || !(sc->_joined = copy(buf, len)) ||
+        !(sc->_words = malloc(len + 1)) || read_lines(sc) < 0) {
         topo_seterr_code(err, DT_E_NOMEM, "job script: out of memory reading %zu bytes", len);
         return -1;
     }
@@ -302,8 +303,8 @@ int dt_script_load(dt_script_t *sc, const char *path, dt_error_t *err)
 void dt_script_free(dt_script_t *sc)
 {
     free(sc->original);
-    free(sc->joined);
-    free(sc->words);
+    free(sc->_joined);
+    free(sc->_words);
     free(sc->opts);
     free(sc->cmds);
     memset(sc, 0, sizeof(*sc));

@@ -21,7 +21,7 @@ static long count_lines(const uint8_t *data, size_t size)
 
 static int inside(const dt_script_t *sc, const char *p)
 {
-    return p >= sc->words && p <= sc->words + sc->len;
+    return p >= sc->_words && p <= sc->_words + sc->len;
 }
 
 static void check_opts(const dt_script_t *sc, long nlines)
@@ -76,7 +76,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         dt_script_free(&sc);
         return 0;
     }
-    if (sc.len != size || memcmp(sc.original, data, size) || sc.original[size])
+    if (sc.len != size || (size && memcmp(sc.original, data, size)) || sc.original[size])
         fuzz_fail("the original is not the input");
     check_opts(&sc, nlines);
     check_cmds(&sc, nlines);
