@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* slurmstepd, mode auto: the node's binding plan (once per node per step, in
  * user_init) and its application to each task (task_init): GPU, CPU
- * affinity, memory policy, NIC, and the NCCL/Gloo variables. */
+ * affinity, memory policy, NIC, and the NCCL/Gloo variables. Called by
+ * remote.c only; the plan and the task's part of it live in `state`. */
 #define _GNU_SOURCE /* sched_setaffinity, CPU_SET */
 #include "plugin.h"
 
