@@ -488,8 +488,6 @@ static void print_task(spank_t sp, uint32_t rank, int local)
     char host[256], binding[512] = "", note[512];
     char *addr = effective(sp, DRT_ENV_MASTER_ADDR), *port = effective(sp, DRT_ENV_MASTER_PORT),
          *rport = effective(sp, DRT_ENV_PORT), *omp = effective(sp, DRT_ENV_OMP_THREADS);
-    const char **warnings;
-    unsigned nwarnings = 0;
 
     if (gethostname(host, sizeof(host)) < 0)
         snprintf(host, sizeof(host), "?");
@@ -497,7 +495,6 @@ static void print_task(spank_t sp, uint32_t rank, int local)
     if (step.req.mode == DDP_MODE_AUTO) {
         binding[0] = ' ';
         ddp_bind_describe(local, binding + 1, sizeof(binding) - 1);
-        nwarnings = ddp_bind_warnings(&warnings);
     }
     fprintf(stderr, "ddp-topo: rank %u/%u on %s: node %u/%u local %d/%u MASTER_ADDR=%s "
             "MASTER_PORT=%s DDPRT_PORT=%s OMP_NUM_THREADS=%s mode=%s%s version=%s\n", rank,
@@ -508,8 +505,6 @@ static void print_task(spank_t sp, uint32_t rank, int local)
     free(port);
     free(rport);
     free(omp);
-    for (unsigned i = 0; local == 0 && i < nwarnings; i++)
-        fprintf(stderr, "ddp-topo: warning: %s: %s\n", host, warnings[i]);
     if (local == 0 && step.req.mode == DDP_MODE_AUTO && !ddp_bind_gpu_skipped() &&
         ddp_bind_gpu_note(note, sizeof(note)))
         fprintf(stderr, "ddp-topo: %s: %s\n", host, note);
@@ -579,6 +574,25 @@ static void warn_program(spank_t sp, const char *launcher)
             "rank's share" : "its CPU affinity");
 }
 
+/* What the plan found wrong on this node (cores on another NUMA node than
+ * their GPU, a NIC beyond the other socket, GPUs left idle or shared) and a
+ * GPU binding left undone: said verbose or not, since the job runs slower
+ * than it could, and once per node (local rank 0), since every rank there
+ * has the same plan. */
+static void warn_binding(int local)
+{
+    const char *node = step.node_name[0] ? step.node_name : "this node", **warnings;
+    unsigned n;
+
+    if (local != 0 || step.req.mode != DDP_MODE_AUTO)
+        return;
+    n = ddp_bind_warnings(&warnings);
+    for (unsigned i = 0; i < n; i++)
+        fprintf(stderr, "ddp-topo: warning: %s: %s\n", node, warnings[i]);
+    if (ddp_bind_gpu_skipped())
+        fprintf(stderr, "ddp-topo: warning: %s: %s\n", node, ddp_bind_gpu_skipped());
+}
+
 /* A step error fails every task; the plugin says it once per node (local
  * rank 0), with how many tasks it stops there. */
 static int fail_task(int local)
@@ -611,6 +625,24 @@ static int bind_task(spank_t sp, uint32_t rank, int local, bool launcher)
     return 0;
 }
 
+/* The task's binding (mode auto) and variables. */
+static int setup_task(spank_t sp, uint32_t rank, int local, const char *launcher)
+{
+    bool user_omp = task_has(sp, DRT_ENV_OMP_THREADS);
+
+    /* before set_task_env: a CPU binding's OMP_NUM_THREADS wins over cpus per task */
+    if (step.req.mode == DDP_MODE_AUTO && bind_task(sp, rank, local, launcher != NULL) < 0)
+        return -1;
+    if (set_task_env(sp, rank, local) < 0)
+        return -1;
+    /* a launcher sets its workers' threads itself (torchrun: 1 per worker) */
+    if (launcher && !user_omp && spank_unsetenv(sp, DRT_ENV_OMP_THREADS) != ESPANK_SUCCESS) {
+        slurm_error("ddp-topo: cannot unset OMP_NUM_THREADS in the task");
+        return -1;
+    }
+    return 0;
+}
+
 int ddp_remote_task_init(spank_t sp)
 {
     uint32_t rank = 1;
@@ -618,7 +650,6 @@ int ddp_remote_task_init(spank_t sp)
     bool ids = spank_get_item(sp, S_TASK_GLOBAL_ID, &rank) == ESPANK_SUCCESS &&
                spank_get_item(sp, S_TASK_ID, &local) == ESPANK_SUCCESS;
     const char *launcher;
-    bool user_omp;
 
     if (step.disabled && ids && rank == 0)
         fprintf(stderr, "ddp-topo: warning: --ddp-topo is disabled on this cluster by the "
@@ -635,22 +666,11 @@ int ddp_remote_task_init(spank_t sp)
         slurm_error("ddp-topo: cannot read this task's rank from SLURM (report this)");
         return -1;
     }
-    user_omp = task_has(sp, DRT_ENV_OMP_THREADS);
-    /* before set_task_env: a CPU binding's OMP_NUM_THREADS wins over cpus per task */
-    if (step.req.mode == DDP_MODE_AUTO && bind_task(sp, rank, local, launcher != NULL) < 0)
+    if (setup_task(sp, rank, local, launcher) < 0)
         return -1;
-    if (set_task_env(sp, rank, local) < 0)
-        return -1;
-    /* a launcher sets its workers' threads itself (torchrun: 1 per worker) */
-    if (launcher && !user_omp && spank_unsetenv(sp, DRT_ENV_OMP_THREADS) != ESPANK_SUCCESS) {
-        slurm_error("ddp-topo: cannot unset OMP_NUM_THREADS in the task");
-        return -1;
-    }
     if (rank == 0)
         warn_ports(sp);
-    /* a binding left undone is said even without verbose, once per node */
-    if (local == 0 && step.req.mode == DDP_MODE_AUTO && ddp_bind_gpu_skipped())
-        fprintf(stderr, "ddp-topo: warning: %s: %s\n", step.node_name, ddp_bind_gpu_skipped());
+    warn_binding(local);
     if (step.req.verbose)
         print_task(sp, rank, local);
     return step.req.check ? run_check(sp, rank) : 0;
