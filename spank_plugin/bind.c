@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* slurmstepd, mode auto: the node's binding plan (once per node per step, in
  * user_init) and its application to each task (task_init): GPU, CPU
- * affinity, memory policy, NIC, and the NCCL/Gloo variables. */
+ * affinity, memory policy, NIC, and the NCCL/Gloo variables. Called by
+ * remote.c only; the plan and the task's part of it live in `state`. */
 #define _GNU_SOURCE /* sched_setaffinity, CPU_SET */
 #include "plugin.h"
 
@@ -311,6 +312,36 @@ static int check_cpus(char *err, size_t errlen)
     return rc;
 }
 
+/* The GPUs the plan may use: SLURM's (none when binding them is skipped),
+ * or, without GPU GRES, every GPU of the node (preq left as it is). */
+static int plan_gpus(spank_t sp, dt_plan_request_t *preq, char *err, size_t errlen)
+{
+    int rc = allocated_gpus(sp, err, errlen);
+
+    if (rc < 0)
+        return -1;
+    if (rc == 0)
+        find_numbering(sp);
+    if (rc != 1) {
+        preq->gpus = state.step_gpus;
+        preq->ngpus = state.gpu_skip[0] ? 0 : state.nstep;
+    }
+    return 0;
+}
+
+static void plan_failed(const dt_error_t *derr, char *err, size_t errlen)
+{
+    /* SLURM allocated what the file lacks: here it is the file's fault */
+    bool foreign = derr->code == DT_E_GPU_MISSING || derr->code == DT_E_CORES_MISSING;
+
+    snprintf(err, errlen, "binding plan: %s%s", derr->text,
+             derr->code == DT_E_NEEDS_SHARE ? " (--ddp-topo=auto,share)"
+             : foreign ? " (is the topology file this node's?)" : "");
+    state.fail_code = derr->code;
+    if (foreign)
+        wrong_topology();
+}
+
 int ddp_bind_user_init(spank_t sp, const ddp_bind_request_t *req, char *err, size_t errlen)
 {
     hwloc_bitmap_t cpus = hwloc_bitmap_alloc();
@@ -326,26 +357,11 @@ int ddp_bind_user_init(spank_t sp, const ddp_bind_request_t *req, char *err, siz
         goto fail;
     if (state.path[0] && req->topology_match && check_host(err, errlen) < 0)
         goto fail;
-    if ((rc = allocated_gpus(sp, err, errlen)) < 0)
-        goto fail;
-    if (rc == 0)
-        find_numbering(sp);
-    if (rc != 1) { /* SLURM's GPUs, or none to bind */
-        preq.gpus = state.step_gpus;
-        preq.ngpus = state.gpu_skip[0] ? 0 : state.nstep;
-    }
-    if ((rc = allocated_cpus(sp, cpus, err, errlen)) < 0)
+    if (plan_gpus(sp, &preq, err, errlen) < 0 || (rc = allocated_cpus(sp, cpus, err, errlen)) < 0)
         goto fail;
     preq.cpus = rc == 0 ? cpus : NULL;
     if (dt_plan_node(&state.node, &preq, &state.plan, &derr) < 0) {
-        /* SLURM allocated what the file lacks: here it is the file's fault */
-        bool foreign = derr.code == DT_E_GPU_MISSING || derr.code == DT_E_CORES_MISSING;
-        snprintf(err, errlen, "binding plan: %s%s", derr.text,
-                 derr.code == DT_E_NEEDS_SHARE ? " (--ddp-topo=auto,share)"
-                 : foreign ? " (is the topology file this node's?)" : "");
-        state.fail_code = derr.code;
-        if (foreign)
-            wrong_topology();
+        plan_failed(&derr, err, errlen);
         goto fail;
     }
     if (((state.bind & DT_BIND_CPU) && check_cpus(err, errlen) < 0) ||
@@ -535,36 +551,54 @@ static int bind_nic(spank_t sp, const dt_rank_plan_t *rp)
     return ddp_setenvf(sp, "NCCL_IB_HCA", 1, "=%s:%d", n->name, n->port);
 }
 
+/* The task's plan rank, kept for ddp_bind_describe: its own, or the one
+ * that follows from the GPU SLURM chose for it. */
+static const dt_rank_plan_t *choose_rank(spank_t sp, int local)
+{
+    int gpu;
+    long per_task;
+
+    state.task_slurm_bound = slurm_task_gpu(sp, local, &gpu, &per_task) == 0;
+    state.task_gpu = gpu;
+    state.task_rank = state.task_slurm_bound ? rank_for(local, gpu, per_task)
+                                             : &state.plan.ranks[local];
+    return state.task_rank;
+}
+
+/* What the task is told of its place, whatever is bound: its CPUs, its NIC,
+ * the interface toward MASTER_ADDR and NCCL's topology file. */
+static int set_locality(spank_t sp, const dt_rank_plan_t *rp)
+{
+    const dt_nic_t *nic = rp->nic >= 0 ? &state.node.nics[rp->nic] : NULL;
+    char *cpus = cpu_list(rp->cpus);
+    int rc = cpus ? ddp_setenvf(sp, DRT_ENV_CPUS, 1, "%s", cpus) : -1;
+
+    free(cpus);
+    if (rc < 0 ||
+        (nic && ddp_setenvf(sp, DRT_ENV_NIC, 1, "%s", nic->name[0] ? nic->name : nic->busid) < 0) ||
+        (state.ifname[0] && (ddp_setenvf(sp, DRT_ENV_NCCL_IFNAME, 0, "=%s", state.ifname) < 0 ||
+                             ddp_setenvf(sp, DRT_ENV_GLOO_IFNAME, 0, "%s", state.ifname) < 0)) ||
+        (state.node.source == DT_SOURCE_NCCL_XML &&
+         ddp_setenvf(sp, "NCCL_TOPO_FILE", 0, "%s", state.node.path) < 0))
+        return -1;
+    return 0;
+}
+
 int ddp_bind_task_init(spank_t sp, int local, char *err, size_t errlen)
 {
     const dt_rank_plan_t *rp;
-    char *cpus;
-    int rc, gpu, slurm_chose;
-    long per_task;
 
     if (!state.ready || local < 0 || (unsigned)local >= state.plan.nranks) {
         snprintf(err, errlen, "no binding plan for local rank %d", local);
         return -1;
     }
-    slurm_chose = slurm_task_gpu(sp, local, &gpu, &per_task) == 0;
-    state.task_rank = rp = slurm_chose ? rank_for(local, gpu, per_task) : &state.plan.ranks[local];
-    state.task_slurm_bound = slurm_chose;
-    state.task_gpu = gpu;
-    cpus = cpu_list(rp->cpus);
-    rc = cpus ? ddp_setenvf(sp, DRT_ENV_CPUS, 1, "%s", cpus) : -1;
-    free(cpus);
-    if (rc < 0 ||
-        (rp->nic >= 0 && ddp_setenvf(sp, DRT_ENV_NIC, 1, "%s", state.node.nics[rp->nic].name[0]
-                              ? state.node.nics[rp->nic].name : state.node.nics[rp->nic].busid) < 0) ||
-        (state.ifname[0] && (ddp_setenvf(sp, DRT_ENV_NCCL_IFNAME, 0, "=%s", state.ifname) < 0 ||
-                             ddp_setenvf(sp, DRT_ENV_GLOO_IFNAME, 0, "%s", state.ifname) < 0)) ||
-        (state.node.source == DT_SOURCE_NCCL_XML &&
-         ddp_setenvf(sp, "NCCL_TOPO_FILE", 0, "%s", state.node.path) < 0)) {
+    rp = choose_rank(sp, local);
+    if (set_locality(sp, rp) < 0) {
         snprintf(err, errlen, "cannot set the binding variables in the task");
         return -1;
     }
     if ((state.bind & DT_BIND_GPU) && !state.gpu_skip[0] &&
-        (slurm_chose ? bind_slurm_gpu(sp, gpu) : bind_gpu(sp, rp)) < 0) {
+        (state.task_slurm_bound ? bind_slurm_gpu(sp, state.task_gpu) : bind_gpu(sp, rp)) < 0) {
         snprintf(err, errlen, "cannot set CUDA_VISIBLE_DEVICES in the task");
         return -1;
     }

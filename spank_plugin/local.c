@@ -1,15 +1,20 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* srun, sbatch and salloc: report a bad plugstack.conf where a person reads
- * it, before any allocation (the --ddp-topo value itself is validated by
- * the option callback), and give the job its runtime secret. */
+/* The SPANK local and allocator contexts, srun, sbatch and salloc: report a
+ * bad plugstack.conf where a person reads it, before any allocation (the
+ * --ddp-topo value itself is validated by its option callback, options.c),
+ * and give the job its runtime secret. */
 #include "plugin.h"
 
 #include <stdlib.h>
 
 #include "contract.h"
 
-static ddp_config_t config;
-static char config_error[DDP_ERRLEN];
+/* This file's state: the admin's plugstack.conf arguments, from init for
+ * init_post_opt (one srun, sbatch or salloc process runs both). */
+static struct {
+    ddp_config_t config;
+    char error[DDP_ERRLEN]; /* why they are bad, "" when they are not */
+} local;
 
 /* Never fails: on a `required` line a failing init stops every srun, sbatch
  * and salloc, also those of jobs that never asked for ddp-topo. A bad
@@ -17,8 +22,8 @@ static char config_error[DDP_ERRLEN];
  * ask (ddp_local_post_opt). */
 int ddp_local_init(int ac, char **av)
 {
-    if (ddp_config_parse(ac, av, &config, config_error, sizeof(config_error)) < 0)
-        slurm_error("ddp-topo: %s (" DDP_FIX_PLUGSTACK ")", config_error);
+    if (ddp_config_parse(ac, av, &local.config, local.error, sizeof(local.error)) < 0)
+        slurm_error("ddp-topo: %s (" DDP_FIX_PLUGSTACK ")", local.error);
     return 0;
 }
 
@@ -30,10 +35,10 @@ static ddp_mode_t requested_mode(void)
     char err[DDP_ERRLEN];
     ddp_request_t req;
 
-    if (ddp_request.given)
-        return ddp_request.mode;
+    if (ddp_options()->request.given)
+        return ddp_options()->request.mode;
     if (!env)
-        return config.default_mode;
+        return local.config.default_mode;
     return ddp_request_parse(env, &req, err, sizeof(err)) == 0 ? req.mode : DDP_MODE_AUTO;
 }
 
@@ -50,14 +55,14 @@ int ddp_local_post_opt(void)
     char hex[2 * DRT_SECRET_LEN + 1], warning[DDP_ERRLEN];
 
     /* disable: the job runs as without the plugin (slurmstepd says so) */
-    if (config.disabled || requested_mode() == DDP_MODE_OFF)
+    if (local.config.disabled || requested_mode() == DDP_MODE_OFF)
         return 0;
-    if (config_error[0]) {
+    if (local.error[0]) {
         slurm_error("ddp-topo: this job asks for ddp-topo, which cannot run: %s (ask your admin "
-                    "to fix the ddp_topo.so line in plugstack.conf)", config_error);
+                    "to fix the ddp_topo.so line in plugstack.conf)", local.error);
         return -1;
     }
-    if (ddp_port_range_warning(&config, DDP_EPHEMERAL_PATH, warning, sizeof(warning)))
+    if (ddp_port_range_warning(&local.config, DDP_EPHEMERAL_PATH, warning, sizeof(warning)))
         slurm_info("ddp-topo: warning: %s", warning);
     if (getenv(DRT_ENV_SECRET))
         return 0;

@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* Internal interface between the SPANK dispatch file and the per-context
- * files of ddp_topo.so. Not installed; everything here is hidden by the
- * linker version script. */
+/* Internal interface of ddp_topo.so, hidden by the linker version script
+ * (ddp_topo.map); not installed. Calls go one way only: the dispatcher
+ * (ddp_topo.c) calls options.c and one file per SPANK context (local.c,
+ * remote.c); remote.c calls bind.c; both call the helpers (taskenv.c,
+ * check.c, launcher.c, config.c, gpus.c), which call no file above them.
+ * Each file that keeps state keeps it in one static struct of its own. */
 #ifndef DDP_TOPO_PLUGIN_H
 #define DDP_TOPO_PLUGIN_H
 
@@ -76,11 +79,16 @@ ddp_topo_file_t ddp_topology_locate(const char *pattern, const char *node_name, 
 
 int ddp_bind_option_parse(const char *value, unsigned *bind, char *err, size_t errlen);
 
-/* ddp_topo.c: the options as registered, state shared by the contexts */
-extern ddp_request_t ddp_request;     /* from the --ddp-topo option callback */
-extern char ddp_request_error[DDP_ERRLEN]; /* a bad value seen remotely */
-extern bool ddp_bind_given;           /* --ddp-topo-bind was used */
-extern unsigned ddp_bind_value;
+/* options.c: --ddp-topo and --ddp-topo-bind, as SLURM passed them */
+typedef struct {
+    ddp_request_t request;    /* --ddp-topo */
+    char error[DDP_ERRLEN];   /* a bad value seen in slurmstepd, "" when none */
+    bool bind_given;          /* --ddp-topo-bind was used */
+    unsigned bind;            /* its DT_BIND_* */
+} ddp_options_t;
+/* -1 when another plugin owns an option's name (logged) */
+int ddp_options_register(spank_t sp);
+const ddp_options_t *ddp_options(void);
 
 /* local.c: srun, sbatch, salloc */
 int ddp_local_init(int ac, char **av);
@@ -90,6 +98,15 @@ int ddp_local_post_opt(void);
 int ddp_remote_init(int ac, char **av);
 int ddp_remote_user_init(spank_t sp);
 int ddp_remote_task_init(spank_t sp);
+
+/* taskenv.c: the job's and task's environment in slurmstepd */
+/* The longest variable read from the job (SLURM_STEP_NODELIST, DDP_TOPO,
+ * ...); one environment string cannot exceed 128 KiB on Linux anyway. */
+#define DDP_GETENV_MAX (1 << 20)
+/* spank_getenv into a buffer that grows until the value fits: *value is
+ * malloc'd on ESPANK_SUCCESS; ESPANK_NOSPACE means longer than
+ * DDP_GETENV_MAX bytes. */
+spank_err_t ddp_getenv_alloc(spank_t sp, const char *name, char **value);
 /* spank_setenv with a format; overwrite 0 keeps a user's value. Logs and
  * returns -1 on failure. */
 int ddp_setenvf(spank_t sp, const char *name, int overwrite, const char *fmt, ...)
@@ -99,7 +116,7 @@ int ddp_setenvf(spank_t sp, const char *name, int overwrite, const char *fmt, ..
  * task's environment, bounded; -1 with err saying why the task must fail */
 int ddp_check_task(spank_t sp, const char *checker, char *err, size_t errlen);
 
-/* bind.c: mode auto in slurmstepd */
+/* bind.c: mode auto in slurmstepd (called by remote.c) */
 int ddp_bind_user_init(spank_t sp, const ddp_bind_request_t *req, char *err, size_t errlen);
 int ddp_bind_task_init(spank_t sp, int local, char *err, size_t errlen);
 void ddp_bind_describe(int local, char *buf, size_t len);

@@ -1,12 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* slurmstepd: compute the launch environment once per node per step
- * (user_init) and apply it to each task (task_init).
+/* The SPANK remote context, slurmstepd: compute the launch environment
+ * once per node per step (user_init) and apply it to each task
+ * (task_init); mode auto's binding is bind.c's.
  *
  * Errors found in init or user_init are kept and raised in task_init:
  * SLURM drains the node when the batch step's init/user_init fails and
  * silently ignores a failing user_init of an srun step, while a failing
  * task_init fails just the job, with our message on the user's terminal. */
-#define _GNU_SOURCE /* vasprintf, sched_getaffinity */
+#define _GNU_SOURCE /* sched_getaffinity */
 #include "config.h"
 #include "plugin.h"
 
@@ -26,11 +27,14 @@
 #include "contract.h"
 #include "ddptopo.h"
 
-/* The longest variable we read from the job (SLURM_STEP_NODELIST, DDP_TOPO,
- * ...); one environment string cannot exceed 128 KiB on Linux anyway. */
-#define NODELIST_MAX (1 << 20)
-
+/* This file's state, in one struct: slurmstepd serves one step, and forks
+ * each of its tasks after user_init, so every task reads what init and
+ * user_init left here. */
 typedef struct {
+    /* init: the admin's plugstack.conf arguments, once per slurmstepd */
+    ddp_config_t config;
+    char config_error[DDP_ERRLEN];
+    /* user_init: the step as planned for this node */
     bool active; /* this step asked for (or defaults to) the environment */
     bool disabled; /* the user asked, and plugstack.conf says disable */
     ddp_request_t req;
@@ -46,8 +50,6 @@ typedef struct {
     bool runtime_busy; /* the same for DDPRT_PORT */
 } step_t;
 
-static ddp_config_t config;
-static char config_error[DDP_ERRLEN];
 static step_t step;
 
 static void step_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -70,44 +72,21 @@ int ddp_remote_init(int ac, char **av)
     char warning[DDP_ERRLEN];
 
     /* Never fail here: a failing init of the batch step drains the node. */
-    if (ddp_config_parse(ac, av, &config, config_error, sizeof(config_error)) < 0)
-        slurm_error("ddp-topo: %s (" DDP_FIX_PLUGSTACK ")", config_error);
-    else if (ddp_port_range_warning(&config, DDP_EPHEMERAL_PATH, warning, sizeof(warning)))
+    if (ddp_config_parse(ac, av, &step.config, step.config_error, sizeof(step.config_error)) < 0)
+        slurm_error("ddp-topo: %s (" DDP_FIX_PLUGSTACK ")", step.config_error);
+    else if (ddp_port_range_warning(&step.config, DDP_EPHEMERAL_PATH, warning, sizeof(warning)))
         slurm_info("ddp-topo: warning: %s", warning);
     return 0;
 }
 
-/* spank_getenv into a buffer that grows until the value fits: *value is
- * malloc'd on ESPANK_SUCCESS; ESPANK_NOSPACE means longer than
- * NODELIST_MAX bytes. */
-static spank_err_t getenv_alloc(spank_t sp, const char *name, char **value)
-{
-    for (int len = 4096; len <= NODELIST_MAX; len *= 4) {
-        char *buf = malloc((size_t)len);
-        spank_err_t rc;
-
-        if (!buf)
-            return ESPANK_ERROR;
-        rc = spank_getenv(sp, name, buf, len);
-        if (rc == ESPANK_SUCCESS) {
-            *value = buf;
-            return rc;
-        }
-        free(buf);
-        if (rc != ESPANK_NOSPACE)
-            return rc;
-    }
-    return ESPANK_NOSPACE;
-}
-
-/* A user variable getenv_alloc cannot read fails the step, naming it. */
+/* A user variable ddp_getenv_alloc cannot read fails the step, naming it. */
 static char *getenv_or_fail(spank_t sp, const char *name, spank_err_t *rc)
 {
     char *value = NULL;
 
-    *rc = getenv_alloc(sp, name, &value);
+    *rc = ddp_getenv_alloc(sp, name, &value);
     if (*rc == ESPANK_NOSPACE)
-        step_fail("%s is longer than %d bytes (unset it or shorten it)", name, NODELIST_MAX);
+        step_fail("%s is longer than %d bytes (unset it or shorten it)", name, DDP_GETENV_MAX);
     else if (*rc != ESPANK_SUCCESS && *rc != ESPANK_ENV_NOEXIST)
         step_fail("cannot read %s: %s (report this to your admin)", name, spank_strerror(*rc));
     return value;
@@ -118,14 +97,15 @@ static char *getenv_or_fail(spank_t sp, const char *name, spank_err_t *rc)
  * SPANK options, such as slurmrestd), else the admin's default. */
 static void resolve_request(spank_t sp)
 {
+    const ddp_options_t *opt = ddp_options();
     char *env, err[DDP_ERRLEN];
     spank_err_t rc;
 
-    if (ddp_request_error[0]) {
+    if (opt->error[0]) {
         step.req.given = step.req_invalid = true;
-        step_fail("%s", ddp_request_error);
-    } else if (ddp_request.given) {
-        step.req = ddp_request;
+        step_fail("%s", opt->error);
+    } else if (opt->request.given) {
+        step.req = opt->request;
     } else if ((env = getenv_or_fail(sp, "DDP_TOPO", &rc)) != NULL) {
         if (ddp_request_parse(env, &step.req, err, sizeof(err)) < 0) {
             step.req.given = step.req_invalid = true;
@@ -133,7 +113,7 @@ static void resolve_request(spank_t sp)
         }
         free(env);
     } else if (rc == ESPANK_ENV_NOEXIST) {
-        step.req.mode = config.default_mode;
+        step.req.mode = step.config.default_mode;
     } else {
         step.req.given = step.req_invalid = true; /* set but unreadable: fail, never ignore it */
     }
@@ -206,9 +186,9 @@ static int find_master_addr(spank_t sp)
     dt_error_t err;
     int rc;
 
-    if (getenv_alloc(sp, "SLURM_STEP_NODELIST", &list) != ESPANK_SUCCESS) {
+    if (ddp_getenv_alloc(sp, "SLURM_STEP_NODELIST", &list) != ESPANK_SUCCESS) {
         step_fail("MASTER_ADDR: SLURM_STEP_NODELIST is missing or longer than %d bytes "
-                  "(set MASTER_ADDR yourself)", NODELIST_MAX);
+                  "(set MASTER_ADDR yourself)", DDP_GETENV_MAX);
         return -1;
     }
     if (dt_hostlist_expand(list, &hosts, &n, &err) < 0) {
@@ -284,13 +264,13 @@ static void find_ports(spank_t sp)
         return;
     if (!resv)
         step.master_port = dt_master_port(step.job_id, step.step_id, step.restart,
-                                          config.port_lo, config.port_hi);
+                                          step.config.port_lo, step.config.port_hi);
     if (second)
         step.runtime_port = dt_runtime_port(step.job_id, step.step_id, step.restart,
-                                            config.port_lo, config.port_hi);
+                                            step.config.port_lo, step.config.port_hi);
     if (third)
-        step.ras_port = dt_ras_port(step.job_id, step.step_id, step.restart, config.port_lo,
-                                    config.port_hi);
+        step.ras_port = dt_ras_port(step.job_id, step.step_id, step.restart, step.config.port_lo,
+                                    step.config.port_hi);
     if (step.node_id != 0)
         return;
     if (!resv && !task_has(sp, DRT_ENV_MASTER_PORT))
@@ -319,16 +299,17 @@ static void bind_failed(const char *err)
 static void plan_binding(spank_t sp)
 {
     char err[DDP_ERRLEN], *user = NULL;
-    ddp_bind_request_t req = {.topology = config.topology,
-                              .topology_match = config.topology_match,
+    const ddp_options_t *opt = ddp_options();
+    ddp_bind_request_t req = {.topology = step.config.topology,
+                              .topology_match = step.config.topology_match,
                               .node_name = step.node_name,
                               .master_addr = step.master_addr, .nnodes = step.nnodes,
                               .local_count = step.local_count,
-                              .bind = ddp_bind_given ? ddp_bind_value : config.bind,
+                              .bind = opt->bind_given ? opt->bind : step.config.bind,
                               .share = step.req.share};
 
     /* the interface goes toward the MASTER_ADDR the tasks get: a user's wins */
-    if (getenv_alloc(sp, DRT_ENV_MASTER_ADDR, &user) == ESPANK_SUCCESS)
+    if (ddp_getenv_alloc(sp, DRT_ENV_MASTER_ADDR, &user) == ESPANK_SUCCESS)
         req.master_addr = user;
     if (ddp_bind_user_init(sp, &req, err, sizeof(err)) < 0)
         bind_failed(err);
@@ -347,7 +328,7 @@ static void audit_who(spank_t sp, char *who, size_t len)
 
     if (step.node_name[0])
         snprintf(node, sizeof(node), "%s", step.node_name);
-    else if (getenv_alloc(sp, "SLURMD_NODENAME", &env) == ESPANK_SUCCESS && *env)
+    else if (ddp_getenv_alloc(sp, "SLURMD_NODENAME", &env) == ESPANK_SUCCESS && *env)
         snprintf(node, sizeof(node), "%.255s", env);
     else if (gethostname(node, sizeof(node) - 1) < 0)
         snprintf(node, sizeof(node), "?");
@@ -379,8 +360,8 @@ static void audit(spank_t sp)
     }
     if (step.req.mode == DDP_MODE_AUTO) {
         gethostname(host, sizeof(host) - 1);
-        topo = strcmp(config.topology, "live") &&
-               dt_topology_path(config.topology, step.node_name, host, path, sizeof(path),
+        topo = strcmp(step.config.topology, "live") &&
+               dt_topology_path(step.config.topology, step.node_name, host, path, sizeof(path),
                                 &err) == 0 ? path : "live";
     }
     slurm_info("ddp-topo: %s: mode=%s topology=%s MASTER_PORT=%u", who,
@@ -397,9 +378,18 @@ static void resolve_disabled(spank_t sp)
         audit(sp);
 }
 
+/* A step starts from what init parsed and nothing else. */
+static void step_reset(void)
+{
+    step_t fresh = {.config = step.config};
+
+    memcpy(fresh.config_error, step.config_error, sizeof(fresh.config_error));
+    step = fresh;
+}
+
 int ddp_remote_user_init(spank_t sp)
 {
-    memset(&step, 0, sizeof(step));
+    step_reset();
     /* Batch, extern and interactive steps are not training steps: giving the
      * batch shell RANK or MASTER_ADDR would leak into every srun inside it. */
     if (spank_get_item(sp, S_JOB_STEPID, &step.step_id) != ESPANK_SUCCESS ||
@@ -408,7 +398,7 @@ int ddp_remote_user_init(spank_t sp)
     /* for the audit line, whatever fails next (read_items reads it again) */
     spank_get_item(sp, S_JOB_ID, &step.job_id);
     resolve_request(sp);
-    if (config.disabled) {
+    if (step.config.disabled) {
         resolve_disabled(sp);
         return 0;
     }
@@ -417,9 +407,9 @@ int ddp_remote_user_init(spank_t sp)
     if (!step.error[0] && step.req.mode == DDP_MODE_OFF)
         return 0;
     step.active = true;
-    if (config_error[0])
+    if (step.config_error[0])
         step_fail("%s (ask your admin to fix the ddp_topo.so line in plugstack.conf)",
-                  config_error);
+                  step.config_error);
     if (!step.error[0] && read_items(sp) == 0 && find_master_addr(sp) == 0) {
         check_rank0_here(sp);
         find_ports(sp);
@@ -428,29 +418,6 @@ int ddp_remote_user_init(spank_t sp)
     }
     audit(sp);
     return 0;
-}
-
-int ddp_setenvf(spank_t sp, const char *name, int overwrite, const char *fmt, ...)
-{
-    char *val = NULL;
-    va_list ap;
-    spank_err_t rc;
-    int n;
-
-    /* sized to the value: a long CUDA_VISIBLE_DEVICES is set whole, never cut */
-    va_start(ap, fmt);
-    n = vasprintf(&val, fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-        slurm_error("ddp-topo: cannot set %s in the task: out of memory", name);
-        return -1;
-    }
-    rc = spank_setenv(sp, name, val, overwrite);
-    free(val);
-    if (rc == ESPANK_SUCCESS || (rc == ESPANK_ENV_EXISTS && !overwrite))
-        return 0;
-    slurm_error("ddp-topo: cannot set %s in the task: %s", name, spank_strerror(rc));
-    return -1;
 }
 
 static int set_one(void *sp, const char *name, const char *value)
@@ -471,13 +438,13 @@ static const char *get_task(void *ctx, const char *name)
 
     free(t->last);
     t->last = NULL;
-    if (getenv_alloc(t->sp, name, &t->last) != ESPANK_SUCCESS)
+    if (ddp_getenv_alloc(t->sp, name, &t->last) != ESPANK_SUCCESS)
         t->last = NULL;
     return t->last;
 }
 
 /* Keeps an existing value even where get_task could not read it (longer
- * than getenv_alloc reads): a user's value wins. */
+ * than ddp_getenv_alloc reads): a user's value wins. */
 static int set_task(void *ctx, const char *name, const char *value)
 {
     return ddp_setenvf(((task_env_t *)ctx)->sp, name, 0, "%s", value);
@@ -513,7 +480,7 @@ static char *effective(spank_t sp, const char *name)
 {
     char *value = NULL;
 
-    return getenv_alloc(sp, name, &value) == ESPANK_SUCCESS ? value : strdup("?");
+    return ddp_getenv_alloc(sp, name, &value) == ESPANK_SUCCESS ? value : strdup("?");
 }
 
 static void print_task(spank_t sp, uint32_t rank, int local)
@@ -521,8 +488,6 @@ static void print_task(spank_t sp, uint32_t rank, int local)
     char host[256], binding[512] = "", note[512];
     char *addr = effective(sp, DRT_ENV_MASTER_ADDR), *port = effective(sp, DRT_ENV_MASTER_PORT),
          *rport = effective(sp, DRT_ENV_PORT), *omp = effective(sp, DRT_ENV_OMP_THREADS);
-    const char **warnings;
-    unsigned nwarnings = 0;
 
     if (gethostname(host, sizeof(host)) < 0)
         snprintf(host, sizeof(host), "?");
@@ -530,7 +495,6 @@ static void print_task(spank_t sp, uint32_t rank, int local)
     if (step.req.mode == DDP_MODE_AUTO) {
         binding[0] = ' ';
         ddp_bind_describe(local, binding + 1, sizeof(binding) - 1);
-        nwarnings = ddp_bind_warnings(&warnings);
     }
     fprintf(stderr, "ddp-topo: rank %u/%u on %s: node %u/%u local %d/%u MASTER_ADDR=%s "
             "MASTER_PORT=%s DDPRT_PORT=%s OMP_NUM_THREADS=%s mode=%s%s version=%s\n", rank,
@@ -541,8 +505,6 @@ static void print_task(spank_t sp, uint32_t rank, int local)
     free(port);
     free(rport);
     free(omp);
-    for (unsigned i = 0; local == 0 && i < nwarnings; i++)
-        fprintf(stderr, "ddp-topo: warning: %s: %s\n", host, warnings[i]);
     if (local == 0 && step.req.mode == DDP_MODE_AUTO && !ddp_bind_gpu_skipped() &&
         ddp_bind_gpu_note(note, sizeof(note)))
         fprintf(stderr, "ddp-topo: %s: %s\n", host, note);
@@ -564,7 +526,7 @@ static void warn_ports(spank_t sp)
         fprintf(stderr, "ddp-topo: warning: plugstack.conf port_range=%u-%u holds one port, "
                 "so DDPRT_PORT is not set and libddprt shares MASTER_PORT with torch's "
                 "TCPStore (ask your admin for a port_range of 2 ports or more, or use srun "
-                "--resv-ports=2)\n", config.port_lo, config.port_hi);
+                "--resv-ports=2)\n", step.config.port_lo, step.config.port_hi);
 }
 
 /* --ddp-topo=...,check: last, with the environment the program gets */
@@ -572,7 +534,7 @@ static int run_check(spank_t sp, uint32_t rank)
 {
     char err[DDP_ERRLEN];
 
-    if (ddp_check_task(sp, config.checker, err, sizeof(err)) == 0)
+    if (ddp_check_task(sp, step.config.checker, err, sizeof(err)) == 0)
         return 0;
     slurm_error("ddp-topo: rank %u on %s: %s", rank, step.node_name, err);
     return -1;
@@ -612,6 +574,25 @@ static void warn_program(spank_t sp, const char *launcher)
             "rank's share" : "its CPU affinity");
 }
 
+/* What the plan found wrong on this node (cores on another NUMA node than
+ * their GPU, a NIC beyond the other socket, GPUs left idle or shared) and a
+ * GPU binding left undone: said verbose or not, since the job runs slower
+ * than it could, and once per node (local rank 0), since every rank there
+ * has the same plan. */
+static void warn_binding(int local)
+{
+    const char *node = step.node_name[0] ? step.node_name : "this node", **warnings;
+    unsigned n;
+
+    if (local != 0 || step.req.mode != DDP_MODE_AUTO)
+        return;
+    n = ddp_bind_warnings(&warnings);
+    for (unsigned i = 0; i < n; i++)
+        fprintf(stderr, "ddp-topo: warning: %s: %s\n", node, warnings[i]);
+    if (ddp_bind_gpu_skipped())
+        fprintf(stderr, "ddp-topo: warning: %s: %s\n", node, ddp_bind_gpu_skipped());
+}
+
 /* A step error fails every task; the plugin says it once per node (local
  * rank 0), with how many tasks it stops there. */
 static int fail_task(int local)
@@ -644,6 +625,24 @@ static int bind_task(spank_t sp, uint32_t rank, int local, bool launcher)
     return 0;
 }
 
+/* The task's binding (mode auto) and variables. */
+static int setup_task(spank_t sp, uint32_t rank, int local, const char *launcher)
+{
+    bool user_omp = task_has(sp, DRT_ENV_OMP_THREADS);
+
+    /* before set_task_env: a CPU binding's OMP_NUM_THREADS wins over cpus per task */
+    if (step.req.mode == DDP_MODE_AUTO && bind_task(sp, rank, local, launcher != NULL) < 0)
+        return -1;
+    if (set_task_env(sp, rank, local) < 0)
+        return -1;
+    /* a launcher sets its workers' threads itself (torchrun: 1 per worker) */
+    if (launcher && !user_omp && spank_unsetenv(sp, DRT_ENV_OMP_THREADS) != ESPANK_SUCCESS) {
+        slurm_error("ddp-topo: cannot unset OMP_NUM_THREADS in the task");
+        return -1;
+    }
+    return 0;
+}
+
 int ddp_remote_task_init(spank_t sp)
 {
     uint32_t rank = 1;
@@ -651,7 +650,6 @@ int ddp_remote_task_init(spank_t sp)
     bool ids = spank_get_item(sp, S_TASK_GLOBAL_ID, &rank) == ESPANK_SUCCESS &&
                spank_get_item(sp, S_TASK_ID, &local) == ESPANK_SUCCESS;
     const char *launcher;
-    bool user_omp;
 
     if (step.disabled && ids && rank == 0)
         fprintf(stderr, "ddp-topo: warning: --ddp-topo is disabled on this cluster by the "
@@ -668,22 +666,11 @@ int ddp_remote_task_init(spank_t sp)
         slurm_error("ddp-topo: cannot read this task's rank from SLURM (report this)");
         return -1;
     }
-    user_omp = task_has(sp, DRT_ENV_OMP_THREADS);
-    /* before set_task_env: a CPU binding's OMP_NUM_THREADS wins over cpus per task */
-    if (step.req.mode == DDP_MODE_AUTO && bind_task(sp, rank, local, launcher != NULL) < 0)
+    if (setup_task(sp, rank, local, launcher) < 0)
         return -1;
-    if (set_task_env(sp, rank, local) < 0)
-        return -1;
-    /* a launcher sets its workers' threads itself (torchrun: 1 per worker) */
-    if (launcher && !user_omp && spank_unsetenv(sp, DRT_ENV_OMP_THREADS) != ESPANK_SUCCESS) {
-        slurm_error("ddp-topo: cannot unset OMP_NUM_THREADS in the task");
-        return -1;
-    }
     if (rank == 0)
         warn_ports(sp);
-    /* a binding left undone is said even without verbose, once per node */
-    if (local == 0 && step.req.mode == DDP_MODE_AUTO && ddp_bind_gpu_skipped())
-        fprintf(stderr, "ddp-topo: warning: %s: %s\n", step.node_name, ddp_bind_gpu_skipped());
+    warn_binding(local);
     if (step.req.verbose)
         print_task(sp, rank, local);
     return step.req.check ? run_check(sp, rank) : 0;

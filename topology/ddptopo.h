@@ -333,6 +333,58 @@ typedef struct {
 /* Fill flat_us, hier_us and hier_wins from the other fields. */
 void dt_cost_allreduce(dt_cost_t *c);
 
+/* ---- Job scripts ------------------------------------------------------------ */
+
+/* A batch script's options as sbatch and srun read them: the #SBATCH lines
+ * up to the first command (sbatch ignores later ones), then the options of
+ * the first srun command line of the body, up to its program. Words split
+ * as the shell splits them: quotes ('...', "...") group and are removed, a
+ * backslash keeps the next character, a word starting with '#' begins a
+ * comment, `...` and $(...) stay whole, as written. Body lines ending in a
+ * backslash go on in the next; #SBATCH lines never do. Lines of any length;
+ * a NUL byte ends its line's text (the next line is read). Pure parsing:
+ * what an option means is the caller's. */
+typedef enum { DT_SCRIPT_SBATCH, DT_SCRIPT_SRUN } dt_script_src_t;
+
+typedef struct {
+    dt_script_src_t src;
+    long line;                /* the #SBATCH line, or the srun command's first line */
+    const char *name;         /* without its dashes: "nodes", "N"; never empty */
+    const char *value;        /* "--nodes=2", "--nodes 2", "-N 2", "-N2"; NULL: none */
+} dt_script_opt_t;
+
+typedef struct {
+    long line, last;          /* its first and last line (continued with \) */
+    const char *text;         /* from its first non-blank, its lines joined: each
+                               * backslash-newline a blank, so offsets into it are
+                               * offsets into the original line */
+} dt_script_cmd_t;
+
+typedef struct {
+    char *original;           /* the script as given, NUL-terminated (len bytes) */
+    size_t len;
+    dt_script_opt_t *opts;    /* in the script's order: #SBATCH ones, then srun's */
+    unsigned nopts;
+    dt_script_cmd_t *cmds;    /* the body's commands: lines that are neither blank
+                               * nor comments, from the first command on */
+    unsigned ncmds;
+    long last_directive;      /* the last #SBATCH line before the body (or a first
+                               * line's #!), 0: none */
+    long srun_line;           /* the body's first srun command line, 0: none */
+    unsigned nsrun;           /* srun command lines in the body */
+    char *_joined, *_words;   /* internal: the storage behind cmds and opts */
+} dt_script_t;
+
+/* Read a script held in memory (len bytes, NULs allowed) or in a file (by
+ * dt_read_file, at most DT_INPUT_MAX bytes); errors name "job script".
+ * Free with dt_script_free, also after an error. */
+int dt_script_parse(dt_script_t *script, const char *buf, size_t len, dt_error_t *err);
+int dt_script_load(dt_script_t *script, const char *path, dt_error_t *err);
+void dt_script_free(dt_script_t *script);
+/* Whether srun's option NAME (no dashes) takes the next word as its value:
+ * srun(1) of SLURM 22.05, this plugin's and pyxis's options. */
+int dt_srun_takes_value(const char *name);
+
 /* ---- The dry-run report --------------------------------------------------- */
 
 typedef struct {

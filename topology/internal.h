@@ -10,7 +10,7 @@ void topo_seterr(dt_error_t *err, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void topo_seterr_code(dt_error_t *err, dt_code_t code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* nccl-node.c: parse XML from memory (no network, silent; hwloc-node.c too) */
+/* xml.c: parse XML from memory (no network, silent), for both loaders */
 struct _xmlDoc *topo_xml_read(const char *buf, size_t len);
 /* Append a formatted string to a malloc'd vector (warnings). */
 void topo_strv_addf(char ***v, unsigned *n, const char *fmt, ...)
@@ -34,17 +34,22 @@ int topo_pci_ids_lookup(char *buf, size_t size, unsigned vendor, unsigned device
 /* file.c: write a whole file so that readers see the old one or the new */
 int topo_write_atomic(const char *path, const char *buf, size_t len, dt_error_t *err);
 
-/* node.c: shared by the loaders */
+/* The loaders are layered, each calling only down: node.c dispatches a
+ * file to hwloc-node.c or nccl-node.c; hwloc-node.c asks nvml.c; all of
+ * them sit on node-core.c and xml.c, which call none of them back. */
+
+/* node-core.c: shared by the loaders */
 int topo_numa_of(const dt_node_t *node, hwloc_const_bitmap_t locality);
 int topo_package_of(const dt_node_t *node, hwloc_const_bitmap_t locality);
 void topo_number_gpus(dt_node_t *node, int have_index);
 void topo_nvlink_switches(dt_node_t *node, const double *sw);
+/* GB/s of one NVLink by compute capability (NCCL's effective figures). */
+double topo_nvlink_gbps(int sm);
 
 /* nvml.c: GPU names and NVLink from NVML, when libnvidia-ml can be loaded
  * (returns 1 then). Fills node->nvlink only when the source had none. */
 int topo_nvml_augment(dt_node_t *node);
 
-/* the loaders */
 /* the loaders, on a file's contents (NUL-terminated, len bytes), its
  * prolog already checked by dt_node_load_file */
 int topo_load_hwloc_xml(dt_node_t *node, const char *path, const char *buf, size_t len,
@@ -82,8 +87,5 @@ struct dt_report {
     unsigned nwarnings;
     char **warnings;
 };
-
-/* GB/s of one NVLink by compute capability (NCCL's effective figures). */
-double topo_nvlink_gbps(int sm);
 
 #endif

@@ -27,12 +27,6 @@ typedef struct {
     dt_error_t *err;
 } loader_t;
 
-double topo_nvlink_gbps(int sm)
-{
-    /* effective GB/s per link, as NCCL's topo.h models them */
-    return sm >= 100 ? 40.1 : sm >= 90 ? 20.6 : sm >= 70 ? 20.0 : 18.0;
-}
-
 static char *attr(xmlNodePtr n, const char *name)
 {
     return (char *)xmlGetProp(n, (const xmlChar *)name);
@@ -402,26 +396,6 @@ static int load_system(loader_t *l, xmlNodePtr root)
     }
     topo_number_gpus(node, l->all_indexed);
     return add_cores(node) < 0 || add_nvlink(l, root) < 0 ? -1 : 0;
-}
-
-static void xml_silent(void *ctx, const char *msg, ...)
-{
-    (void)ctx;
-    (void)msg;
-}
-
-/* Our parses: no network, no messages on stderr (errors come back through
- * xmlGetLastError), and libxml2's generic error handler left as libxml2's
- * own afterwards (close_topology in hwloc-node.c says why that matters). */
-xmlDoc *topo_xml_read(const char *buf, size_t len)
-{
-    xmlDoc *doc;
-
-    xmlSetGenericErrorFunc(NULL, xml_silent);
-    doc = xmlReadMemory(buf, (int)len, NULL, NULL,
-                        XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
-    xmlSetGenericErrorFunc(NULL, NULL);
-    return doc;
 }
 
 int topo_load_nccl_xml(dt_node_t *node, const char *path, const char *buf, size_t len,

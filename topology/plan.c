@@ -507,7 +507,9 @@ static void plan_nics(const dt_node_t *node, dt_node_plan_t *plan)
 /* Ranks whose cores SLURM put on another NUMA node (or socket) than their
  * GPU: every host-device copy then crosses the inter-socket link. Whatever
  * SLURM allocated, it is said, with the job options that ask for cores
- * near the GPUs. */
+ * near the GPUs, only those seen to on SLURM 22.05 (corebind-slurm.test;
+ * docs/users.md says which and why): a distribution (-m) or --cpus-per-gpu
+ * leaves the cores where they were. */
 static void warn_far_cores(const dt_node_t *node, dt_node_plan_t *plan)
 {
     hwloc_bitmap_t far = hwloc_bitmap_alloc();
@@ -521,9 +523,10 @@ static void warn_far_cores(const dt_node_t *node, dt_node_plan_t *plan)
     }
     if (far && !hwloc_bitmap_iszero(far) && hwloc_bitmap_list_asprintf(&ranks, far) >= 0)
         warn(plan, "local rank%s %s: cores on another NUMA node than %s (SLURM allocated "
-             "the step's cores away from the GPUs: whole nodes with --exclusive give the plan "
-             "every core; --gres-flags=enforce-binding keeps a job to the cores gres.conf's "
-             "Cores= lists next to its GPUs)", hwloc_bitmap_weight(far) == 1 ? "" : "s", ranks,
+             "the step's cores away from the GPUs: --exclusive gives the plan every core; a job "
+             "that asks for its GPUs (--gres=gpu:N) gets cores on their sockets where gres.conf "
+             "gives their Cores=, and --gres-flags=enforce-binding makes it wait for those cores "
+             "on a busy node)", hwloc_bitmap_weight(far) == 1 ? "" : "s", ranks,
              hwloc_bitmap_weight(far) == 1 ? "its GPU" : "their GPUs");
     free(ranks);
     hwloc_bitmap_free(far);

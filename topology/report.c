@@ -102,12 +102,14 @@ static void take_core(const dt_node_t *node, unsigned c, char *taken, hwloc_bitm
         *avail = *avail > pus ? *avail - pus : 0;
 }
 
-/* The cores SLURM 22.05 allocates on an idle node for `need` CPUs, tasks of
- * `cpt` CPUs (select/cons_tres, CR_Core, the default distribution:
- * cons_common/dist_tasks.c, _cyclic_sync_core_bitmap): with cpt > 1 each
- * socket's CPUs, rounded down to whole tasks, are filled socket after
- * socket, so a task's CPUs stay on one socket; what is left (all of it for
- * cpt 1) is taken one core per socket in turn. sock[c]: core c's socket. */
+/* The cores SLURM allocates on an idle node for `need` CPUs, tasks of `cpt`
+ * CPUs, among the cores a GPU request left (select/cons_tres, CR_Core, the
+ * default distribution: dist_tasks.c, _cyclic_sync_core_bitmap, the same in
+ * 22.05, 24.11 and 26.05): with cpt > 1 each socket's CPUs, rounded down to
+ * whole tasks, are filled socket after socket, so a task's CPUs stay on one
+ * socket; what is left (all of it for cpt 1) is taken one core per socket in
+ * turn. sock[c]: core c's socket; NO_SOCKET for a core the GPUs' filter
+ * removed (gpu_sockets). */
 static void slurm_cores(const dt_node_t *node, const unsigned *sock, long need, unsigned cpt,
                         char *taken, hwloc_bitmap_t out)
 {
@@ -135,10 +137,72 @@ static void slurm_cores(const dt_node_t *node, const unsigned *sock, long need, 
     }
 }
 
+/* A job that asks for GPUs first has its cores cut to what it needs, spread
+ * over the sockets of its GPUs (22.05: cons_common/gres_select_filter.c,
+ * gres_select_filter_sock_core, which clears the cores; 24.11 and 26.05:
+ * topology/common/gres_filter.c, gres_filter_sock_core, counting cores per
+ * socket, and eval_nodes.c, eval_nodes_clip_socket_cores, clearing them):
+ * one core at a time comes off the socket with the most left (the first of
+ * equals), its highest-numbered core, until the tasks' cores remain. So
+ * 8 tasks x 4 CPUs with GPUs on both sockets get 16 cores on each, not 32 on
+ * the first. Its GPUs' sockets are the ones gres.conf's Cores= puts them on,
+ * taken here as the topology's (what AutoDetect=nvml writes); GPUs without
+ * a known socket (gres.conf without Cores=) make every socket one, and so do
+ * sockets with too few cores (SLURM's second pass, unless enforce-binding). */
+#define NO_SOCKET (~0u)
+static void gpu_sockets(const dt_node_t *node, const dt_report_opts_t *o, unsigned *sock,
+                        long need)
+{
+    unsigned nsock = node->npackages + 1, tpc = hwloc_bitmap_weight(node->cores[0]);
+    long *cnt = calloc(nsock, sizeof(long)), total = 0, want;
+    char *req = calloc(nsock, 1);
+    int all = 0;
+
+    if (!cnt || !req || !tpc)
+        goto out; /* out of memory: the cores dist_tasks alone would give */
+    want = (need + tpc - 1) / tpc;
+    for (unsigned k = 0; k < o->ngpus; k++) {
+        unsigned g = 0;
+        while (g < node->ngpus && !(node->gpus[g].nvidia && node->gpus[g].index == o->gpus[k]))
+            g++;
+        if (g < node->ngpus && node->gpus[g].pci >= 0 && node->pci[node->gpus[g].pci].package >= 0 &&
+            (unsigned)node->pci[node->gpus[g].pci].package < node->npackages)
+            req[node->pci[node->gpus[g].pci].package] = 1;
+        else
+            all = 1;
+    }
+    for (unsigned c = 0; c < node->ncores; c++)
+        total += all || req[sock[c]];
+    all |= total < want; /* too few near the GPUs: SLURM's second pass takes any socket */
+    total = 0;
+    for (unsigned c = 0; c < node->ncores; c++)
+        if (all || req[sock[c]]) {
+            cnt[sock[c]]++;
+            total++;
+        }
+    while (total > want) {
+        unsigned full = 0;
+        for (unsigned s = 1; s < nsock; s++)
+            full = cnt[s] > cnt[full] ? s : full;
+        cnt[full]--;
+        total--;
+    }
+    for (unsigned c = 0; c < node->ncores; c++) { /* each socket keeps its first cnt cores */
+        unsigned s = sock[c];
+        if (cnt[s] > 0 && (all || req[s]))
+            cnt[s]--;
+        else
+            sock[c] = NO_SOCKET;
+    }
+out:
+    free(cnt);
+    free(req);
+}
+
 /* The node's CPUs for ntasks x cpus_per_task into `out`, or an error
  * when the node has fewer. */
-static int allocated_cpus(const dt_node_t *node, unsigned ntasks, unsigned cpt,
-                          hwloc_bitmap_t out, dt_error_t *err)
+static int allocated_cpus(const dt_node_t *node, const dt_report_opts_t *o, unsigned ntasks,
+                          unsigned cpt, hwloc_bitmap_t out, dt_error_t *err)
 {
     unsigned *sock = calloc(node->ncores + 1, sizeof(unsigned));
     char *taken = calloc(node->ncores + 1, 1);
@@ -161,6 +225,8 @@ static int allocated_cpus(const dt_node_t *node, unsigned ntasks, unsigned cpt,
                          "node has %ld CPUs (%u cores)", cpt, ntasks, need, have, node->ncores);
         goto out;
     }
+    if (o->gpus && o->ngpus)
+        gpu_sockets(node, o, sock, need);
     slurm_cores(node, sock, need, cpt, taken, out);
     rc = 0;
 out:
@@ -193,6 +259,61 @@ static unsigned cores_used(const kind_t *k)
     return n;
 }
 
+/* Threads of one core share its package: CPUs in two packages never pair. */
+static int same_package(const dt_node_t *node, int a, int b)
+{
+    for (unsigned p = 0; p < node->npackages; p++)
+        if (hwloc_bitmap_isset(node->packages[p], (unsigned)a))
+            return hwloc_bitmap_isset(node->packages[p], (unsigned)b);
+    return 1;
+}
+
+/* An NCCL file lists CPUs, not cores, nor which CPUs are threads of one
+ * core: split as cores, two ranks may get the two threads of the same
+ * cores. Linux numbers a core's second thread half the node's CPU count
+ * higher on most x86 nodes (AWS's p4d: CPU n and n+48, in one package), so
+ * the ranks that would pair so are named, as a possibility, not a fact. */
+static void sibling_warning(const dt_report_t *r, kind_t *k)
+{
+    hwloc_bitmap_t all = hwloc_bitmap_alloc(), twin = hwloc_bitmap_alloc();
+    char pairs[160] = "";
+    size_t o = 0;
+    unsigned n = 0;
+    int half;
+
+    if (!all || !twin || k->node.source != DT_SOURCE_NCCL_XML || !(r->opts.bind & DT_BIND_CPU))
+        goto out; /* without CPU binding no rank keeps to its share */
+    for (unsigned c = 0; c < k->node.ncores; c++)
+        hwloc_bitmap_or(all, all, k->node.cores[c]);
+    half = hwloc_bitmap_weight(all) / 2;
+    if (half < 1 || hwloc_bitmap_last(all) != 2 * half - 1) /* CPUs 0..N-1, N even */
+        goto out;
+    for (unsigned a = 0; a < k->plan.nranks; a++) {
+        int cpu;
+        hwloc_bitmap_zero(twin);
+        hwloc_bitmap_foreach_begin(cpu, k->plan.ranks[a].cpus)
+            if (same_package(&k->node, cpu, cpu < half ? cpu + half : cpu - half))
+                hwloc_bitmap_set(twin, (unsigned)(cpu < half ? cpu + half : cpu - half));
+        hwloc_bitmap_foreach_end();
+        for (unsigned b = a + 1; b < k->plan.nranks; b++)
+            if (hwloc_bitmap_intersects(twin, k->plan.ranks[b].cpus) && o < sizeof(pairs)) {
+                int w = snprintf(pairs + o, sizeof(pairs) - o, "%s%u and %u", n ? ", " : "", a, b);
+                o = w > 0 && o + (size_t)w < sizeof(pairs) ? o + (size_t)w : sizeof(pairs);
+                n++;
+            }
+    }
+    if (n)
+        topo_strv_addf(&k->plan.warnings, &k->plan.nwarnings, "local ranks %s%s may share "
+                       "physical cores: the NCCL file lists CPUs, not cores, and where CPU n+%d is "
+                       "CPU n's hyperthread (Linux's usual x86 numbering; lscpu -e shows it) their "
+                       "CPUs are the two threads of the same cores (an hwloc export of the node, "
+                       "lstopo --of xml, knows its cores)", pairs,
+                       o >= sizeof(pairs) ? " ..." : "", half);
+out:
+    hwloc_bitmap_free(all);
+    hwloc_bitmap_free(twin);
+}
+
 /* Plan one kind of node, as the plugin would: over the cores the step is
  * allocated (all of them without --cpus-per-task, or with --exclusive:
  * SLURM 22.05's dist_tasks returns before _cyclic_sync_core_bitmap for a
@@ -207,7 +328,7 @@ static int plan_kind(dt_report_t *r, kind_t *k, dt_error_t *err)
 
     if (r->opts.cpus_per_task && !cpus)
         topo_seterr(err, "report: out of memory");
-    else if (!cpus || allocated_cpus(&k->node, k->ntasks, r->opts.cpus_per_task, cpus, err) == 0) {
+    else if (!cpus || allocated_cpus(&k->node, &r->opts, k->ntasks, r->opts.cpus_per_task, cpus, err) == 0) {
         req.cpus = r->opts.exclusive ? NULL : cpus;
         rc = dt_plan_node(&k->node, &req, &k->plan, err);
         if (rc == DT_PLAN_NEEDS_SHARE) /* the report's flag, then the job's */
@@ -220,6 +341,8 @@ static int plan_kind(dt_report_t *r, kind_t *k, dt_error_t *err)
         topo_strv_addf(&k->plan.warnings, &k->plan.nwarnings, "%u of the %u allocated cores "
                        "left idle: no rank's GPU is near them", cores_in(&k->node, cpus) - given,
                        cores_in(&k->node, cpus));
+    if (rc == 0)
+        sibling_warning(r, k);
     hwloc_bitmap_free(cpus);
     return rc;
 }
@@ -500,11 +623,11 @@ int dt_report_build(const dt_report_opts_t *opts, dt_report_t **out, dt_error_t 
 }
 
 /* Cores SLURM allocates to a kind's tasks; 0 on out of memory. */
-static unsigned allocated_cores(const kind_t *k, unsigned cpt)
+static unsigned allocated_cores(const dt_report_t *r, const kind_t *k, unsigned cpt)
 {
     hwloc_bitmap_t cpus = hwloc_bitmap_alloc();
     dt_error_t err;
-    unsigned n = cpus && allocated_cpus(&k->node, k->ntasks, cpt, cpus, &err) == 0
+    unsigned n = cpus && allocated_cpus(&k->node, &r->opts, k->ntasks, cpt, cpus, &err) == 0
                  ? cores_in(&k->node, cpus) : 0;
 
     hwloc_bitmap_free(cpus);
@@ -522,17 +645,30 @@ void dt_report_cores(const dt_report_t *r, char *buf, size_t len)
                 (!cpt || r->kinds[i].ntasks == k->ntasks);
     if (!same) /* nodes of other topologies or task counts differ */
         snprintf(first, sizeof(first), " on the first node");
+    /* An NCCL file has no core/thread layout: each of its CPUs counts as a
+     * core, so the ranks' shares of all CPUs may pair hyperthreads of one
+     * core (sibling_warning names the ranks; without CPU binding it does not
+     * matter), and SLURM's -c cores take their siblings along. */
+    const char *nccl = k->node.source != DT_SOURCE_NCCL_XML ? ""
+                       : cpt ? "; the file lists CPUs, not cores: with hyperthreads SLURM gives "
+                               "whole cores, their sibling CPUs included"
+                       : r->opts.bind & DT_BIND_CPU
+                             ? "; the file lists CPUs, not cores: with hyperthreads two ranks may "
+                               "get the two threads of one core"
+                             : "";
     if (r->opts.exclusive)
-        snprintf(buf, len, "cores: all %u cores of each node%s (--exclusive)", k->node.ncores, first);
+        snprintf(buf, len, "cores: all %u cores of each node%s (--exclusive)%s", k->node.ncores,
+                 first, nccl);
     else if (!cpt)
         snprintf(buf, len, "cores: all %u of each node%s (--exclusive or a whole-node partition); "
-                 "SLURM gives each task 1 CPU on a shared node unless -c is given",
-                 k->node.ncores, first);
-    else /* an NCCL file has no core/thread layout: each of its CPUs counts as a core */
+                 "SLURM gives each task 1 CPU on a shared node unless -c is given%s",
+                 k->node.ncores, first, nccl);
+    else
         snprintf(buf, len, "cores: --cpus-per-task=%u x %u tasks = %u CPUs: %u of %u cores per "
-                 "node%s, as SLURM 22.05 allocates them on an idle node (a socket's cores before "
-                 "the next's); the job binds within the cores SLURM really gives it%s", cpt,
-                 k->ntasks, cpt * k->ntasks, allocated_cores(k, cpt), k->node.ncores, first,
-                 k->node.source == DT_SOURCE_NCCL_XML ? "; the file lists CPUs, not cores: with "
-                 "hyperthreads SLURM gives whole cores, their sibling CPUs included" : "");
+                 "node%s, as SLURM 22.05-26.05 allocates them on an idle node %s; the job binds "
+                 "within the cores SLURM really gives it%s", cpt, k->ntasks, cpt * k->ntasks,
+                 allocated_cores(r, k, cpt), k->node.ncores, first, r->opts.gpus && r->opts.ngpus
+                 ? "to a job with GPUs (spread evenly over its GPUs' sockets, by gres.conf's "
+                   "Cores=)"
+                 : "to a job without GPUs (a socket's cores before the next's)", nccl);
 }

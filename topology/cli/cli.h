@@ -7,16 +7,16 @@
 
 #include "ddptopo.h"
 
-/* Print "ddp-topo: WHAT: WHY (TODO)" and return -1 (exit status 1). */
+/* fail.c: print "ddp-topo: WHAT: WHY (TODO)" and return -1 (exit status 1). */
 int cli_fail(const char *what, const char *why, const char *todo);
 
+/* the commands, each in a file of its own: cmd-report.c, cmd-detect.c,
+ * check-config.c */
 int cmd_report(int argc, char **argv);
 int cmd_detect(int argc, char **argv);
 int cmd_check_config(int argc, char **argv);
 
-/* script.c: a job script's shell lines */
-/* srun's options that take a separate value (srun(1) of SLURM 22.05) */
-int cli_srun_takes_value(const char *name);
+/* lint.c: what in a job script's body undoes ddp-topo */
 typedef struct {
     long line, last;     /* the command's first and last line (continued with \) */
     char what[64];       /* "a fixed MASTER_PORT" */

@@ -58,12 +58,6 @@
     "node of the step): the third reserved port, else one derived half the\n" \
     "range away from MASTER_PORT. Query a running job with ncclras -p PORT.\n"
 
-int cli_fail(const char *what, const char *why, const char *todo)
-{
-    fprintf(stderr, "ddp-topo: %s: %s (%s)\n", what, why, todo);
-    return -1;
-}
-
 static int wants_help(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++)

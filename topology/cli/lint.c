@@ -3,7 +3,10 @@
  * srun and where its program starts, and the patterns that undo what
  * ddp-topo is for (a launcher under srun, a fixed MASTER_PORT, a
  * MASTER_ADDR or ranks computed by hand), each with the line to write
- * instead. The report reads options; this file reads the rest. */
+ * instead. libddptopo's dt_script_load reads the options and hands over
+ * the commands; this file reads them for the rest. It stays out of the
+ * library: a launcher is known by runtime/contract.c's rules, and
+ * libddptopo depends on nothing of the runtime. */
 #define _GNU_SOURCE /* memmem */
 #include "config.h"
 #include "cli.h"
@@ -23,37 +26,6 @@ static int listed(const char *name, const char *const *names, size_t n)
         if (!strcmp(name, names[i]))
             return 1;
     return 0;
-}
-
-/* srun's options that take a separate value (srun(1) of SLURM 22.05: a
- * required one), this plugin's --ddp-topo-bind and the container options of
- * pyxis, the SPANK plugin most GPU clusters run. Any other option on an
- * srun line is a flag (--nice, --no-container-mount-home: optional values
- * need '='), and the next word that is no option is the program. */
-int cli_srun_takes_value(const char *name)
-{
-    static const char *const names[] = {
-        "A", "b", "B", "c", "C", "d", "D", "e", "F", "G", "i", "J", "L", "m", "M", "n", "N",
-        "o", "p", "q", "r", "S", "t", "T", "w", "W", "x",
-        "accel-bind", "account", "acctg-freq", "bb", "bbf", "bcast-exclude", "begin", "chdir",
-        "cluster-constraint", "clusters", "comment", "constraint", "container", "core-spec",
-        "cores-per-socket", "cpu-bind", "cpu-freq", "cpus-per-gpu", "cpus-per-task", "deadline",
-        "delay-boot", "dependency", "distribution", "epilog", "error", "exclude", "export",
-        "extra-node-info", "gid", "gpu-bind", "gpu-freq", "gpus", "gpus-per-node",
-        "gpus-per-socket", "gpus-per-task", "gres", "gres-flags", "het-group", "hint", "input",
-        "job-name", "jobid", "licenses", "mail-type", "mail-user", "mcs-label", "mem",
-        "mem-bind", "mem-per-cpu", "mem-per-gpu", "mincpus", "mpi", "msg-timeout", "network",
-        "nodefile", "nodelist", "nodes", "ntasks", "ntasks-per-core", "ntasks-per-gpu",
-        "ntasks-per-node", "ntasks-per-socket", "open-mode", "output", "partition", "power",
-        "prefer", "priority", "profile", "prolog", "qos", "relative", "reservation", "signal",
-        "slurmd-debug", "sockets-per-node", "switches", "task-epilog", "task-prolog",
-        "tasks-per-node", "thread-spec", "threads", "threads-per-core", "time", "time-min",
-        "tmp", "uid", "wait", "wckey",
-        "ddp-topo-bind",
-        "container-image", "container-mounts", "container-workdir", "container-name",
-        "container-save", "container-env"};
-
-    return IN(name, names);
 }
 
 /* The length of the shell word at s, as the shell splits it: quotes group,
@@ -322,8 +294,8 @@ static unsigned srun_program(const word_t *w, unsigned n, unsigned srun)
     while (i < n && w[i].s[0] == '-' && !word_is(&w[i], "--")) {
         char *opt = unquote(&w[i]);
         const char *name = opt ? opt + (opt[1] == '-' ? 2 : 1) : "";
-        int takes = opt && !strchr(name, '=') && (opt[1] == '-' ? cli_srun_takes_value(name)
-                                                 : (!name[1] && cli_srun_takes_value(name)));
+        int takes = opt && !strchr(name, '=') && (opt[1] == '-' ? dt_srun_takes_value(name)
+                                                 : (!name[1] && dt_srun_takes_value(name)));
         free(opt);
         i += takes ? 2 : 1;
     }

@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* ddp-topo report and ddp-topo detect. */
+/* ddp-topo report: the dry run of a job, from the command line's options,
+ * SLURM's variables or a job script's (read by libddptopo's dt_script_load,
+ * what undoes ddp-topo in it found by lint.c). */
 #include "cli.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
-#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -44,14 +45,6 @@
     "Port: --job-id ID --step-id ID --restart-count N --port-range LO-HI --resv-ports SPEC\n" \
     "Output: --format text|json|dot (default text)\n"
 
-#define USAGE_DETECT \
-    "Usage: ddp-topo detect [-o FILE] [--topology FILE]\n" \
-    "Without -o: describe this node's topology (or FILE's): packages, NUMA\n" \
-    "nodes, GPUs, NICs, NVLink. With -o FILE: write this node's topology as\n" \
-    "hwloc XML, for the plugin's per-node cache (plugstack topology=PATTERN).\n"
-
-enum { SRC_SBATCH, SRC_SRUN };
-
 typedef struct {
     dt_report_opts_t o;
     char tpn[64];
@@ -59,23 +52,20 @@ typedef struct {
     char nodes_buf[64];
     long nodes, ntasks, ntasks_per_node, gpus_per_node;
     const char *tasks_per_node, *dist, *gpus, *format;
-    char *script;  /* the --sbatch file: option values point into it */
-    char *original;     /* the file as written, for --convert */
+    dt_script_t script; /* the --sbatch file: option values point into it */
     cli_lint_t lint;    /* what in the script undoes ddp-topo's setup */
     int convert;        /* --convert: print the script to write instead */
     long line;          /* the #SBATCH or srun line being read */
-    long last_directive; /* the last #SBATCH line (or the #! line), 0: none */
     const char *script_path;
     /* from the job script only: SLURM's meanings, resolved with the layout */
     long gpus_per_task, gpus_total;
     const char *mode;  /* the script's --ddp-topo value as written, NULL: none */
     dt_request_t req;  /* ... as the plugin reads it */
     int mode_seen;
-    int src;           /* SRC_SBATCH or SRC_SRUN: the options being read */
+    dt_script_src_t src; /* the options being read: #SBATCH or srun */
     int srun_gpus;     /* the srun line asked for GPUs: the script's are replaced */
     int srun_tpn;      /* the srun line gave its tasks per node */
-    long srun_line, nsrun; /* the first srun line of the script, how many */
-    char read[2][600], ignored[2][300]; /* options read / ignored, by SRC_* */
+    char read[2][600], ignored[2][300]; /* options read / ignored, by src */
     char gpus_note[200];          /* how the script's GPU request was placed */
     int gpu_list[DT_NODE_MAX_GPUS];
 } report_args_t;
@@ -109,8 +99,8 @@ static int fail(const report_args_t *a, const char *why, const char *todo)
 {
     char what[48];
 
-    snprintf(what, sizeof(what), "report: srun (line %ld)", a->srun_line);
-    return cli_fail(a->src == SRC_SRUN ? what : "report", why, todo);
+    snprintf(what, sizeof(what), "report: srun (line %ld)", a->script.srun_line);
+    return cli_fail(a->src == DT_SCRIPT_SRUN ? what : "report", why, todo);
 }
 
 static int number(const report_args_t *a, const char *opt, const char *s, long max, long *v)
@@ -328,7 +318,7 @@ static int script_mode(report_args_t *a, const char *val)
     char where[64];
 
     if (dt_request_parse(val, &a->req, &err) < 0) {
-        snprintf(where, sizeof(where), "report: %s line %ld", a->src == SRC_SRUN ? "srun" : "#SBATCH",
+        snprintf(where, sizeof(where), "report: %s line %ld", a->src == DT_SCRIPT_SRUN ? "srun" : "#SBATCH",
                  a->line);
         return cli_fail(where, err.text, "sbatch and srun refuse it the same way: fix the value");
     }
@@ -373,7 +363,7 @@ static const char *unusable(const report_args_t *a, const char *name, const char
         "distribution", "m", "gpus-per-node", "gpus", "G", "gpus-per-task", "gres",
         "cpus-per-task", "c", "ddp-topo", "ddp-topo-bind"};
 
-    if (a->src != SRC_SRUN || !IN(name, reads))
+    if (a->src != DT_SCRIPT_SRUN || !IN(name, reads))
         return NULL;
     if (val && strpbrk(val, "$`"))
         return "shell value";
@@ -408,7 +398,7 @@ static int apply_sbatch(report_args_t *a, const char *name, const char *val)
     int rc = 0;
 
 #define IS(s) (!strcmp(name, s))
-    if (a->src == SRC_SBATCH && IS("exclusive")) {
+    if (a->src == DT_SCRIPT_SBATCH && IS("exclusive")) {
         a->o.exclusive = !val; /* whole nodes; =user and =mcs share them */
         if (!val) {
             note(a->read[a->src], sizeof(a->read[a->src]), name, val, NULL);
@@ -420,7 +410,7 @@ static int apply_sbatch(report_args_t *a, const char *name, const char *val)
         return 0;
     }
     /* before the value replaces the script's: a bad one fails the report */
-    if (a->src == SRC_SRUN)
+    if (a->src == DT_SCRIPT_SRUN)
         srun_replaces(a, name, val);
     if (IS("ddp-topo"))
         rc = script_mode(a, val);
@@ -442,183 +432,30 @@ static int apply_sbatch(report_args_t *a, const char *name, const char *val)
     return rc;
 }
 
-/* sbatch's options that take no separate value (sbatch(1) of SLURM 22.05:
- * none, or an optional one after '='), --ddp-topo among them; -W/--wait is
- * one here, not on srun. Any other option on an #SBATCH line takes the
- * next word that is no option. */
-static int sbatch_flag(const char *name)
-{
-    static const char *const names[] = {
-        "ddp-topo", "exclusive", "oversubscribe", "s", "share", "overcommit", "O", "contiguous",
-        "get-user-env", "hold", "H", "ignore-pbs", "nice", "no-kill", "k", "no-requeue",
-        "parsable", "propagate", "quiet", "Q", "reboot", "requeue", "spread-job", "test-only",
-        "use-min-nodes", "verbose", "v", "wait", "W"};
-
-    return IN(name, names);
-}
-
-/* The next word at *p, as sbatch and the shell split a line: quotes ('...',
- * "...") group and are removed, a backslash keeps the next character, a
- * word starting with '#' begins a comment; `...` and $(...) stay whole, as
- * written (their values are the shell's: unusable()). Written in place;
- * NULL at the end. */
-static char *next_word(char **p)
-{
-    char *s = *p + strspn(*p, " \t\r"), *word = s, *out = s;
-    char quote = 0; /* the open quote, or 0 */
-    int depth = 0;  /* of $( */
-
-    if (!*s || *s == '#')
-        return NULL;
-    for (; *s && (quote || depth || !strchr(" \t\r", *s)); s++) {
-        char c = *s;
-        if (c == '\\' && quote != '\'' && s[1])
-            c = *++s;
-        else if (quote ? c == quote : strchr("'\"`", c) != NULL) {
-            quote = quote ? 0 : c;
-            if (c != '`')
-                continue;
-        } else if (quote != '\'' && c == '$' && s[1] == '(')
-            depth++;
-        else if (quote != '\'' && c == ')' && depth)
-            depth--;
-        *out++ = c;
-    }
-    *p = *s ? s + 1 : s;
-    *out = '\0';
-    return word;
-}
-
-/* The options of an #SBATCH line, or of an srun line up to its program
- * (the first word that is no option): --opt=value, --opt value, -N 2, -N2. */
-static int apply_options(report_args_t *a, char *line)
-{
-    char *tok = next_word(&line);
-
-    while (tok) {
-        char *name = tok, *val = NULL, *eq, *next = next_word(&line);
-        char shortopt[2] = {0};
-        if (a->src == SRC_SRUN && (name[0] != '-' || !strcmp(name, "--")))
-            break; /* the program; "--" ends srun's options */
-        if (name[0] != '-') {
-            tok = next;
-            continue;
-        }
-        name += name[1] == '-' ? 2 : 1;
-        if ((eq = strchr(name, '='))) {
-            *eq = '\0';
-            val = eq + 1;
-        } else if (tok[1] != '-' && name[1]) { /* -N2 */
-            val = name + 1;
-            shortopt[0] = name[0];
-            name = shortopt;
-        } else if (next && next[0] != '-' &&
-                   (a->src == SRC_SRUN ? cli_srun_takes_value(name) : !sbatch_flag(name))) {
-            val = next;
-            next = next_word(&line);
-        }
-        if (apply_sbatch(a, name, val) < 0)
-            return -1;
-        tok = next;
-    }
-    return 0;
-}
-
-/* The options of an srun command line: after leading spaces, `exec` and
- * VAR=value assignments, the word srun. NULL for any other line. */
-static char *srun_options(char *line)
-{
-    char *s = line;
-
-    for (;;) {
-        size_t n;
-        s += strspn(s, " \t");
-        n = strcspn(s, " \t\r");
-        if (n == 4 && !strncmp(s, "srun", 4))
-            return s + 4;
-        if ((n == 4 && !strncmp(s, "exec", 4)) ||
-            (n > 0 && memchr(s, '=', n) && (isalpha((unsigned char)s[0]) || s[0] == '_')))
-            s += n;
-        else
-            return NULL;
-    }
-}
-
-/* A line of the script's body: the first srun line's options are the
- * step's, over the #SBATCH ones; later srun lines are only counted. */
-static int body_line(report_args_t *a, char *line, long lineno)
-{
-    char *opts = srun_options(line);
-    int rc;
-
-    if (!opts || a->nsrun++)
-        return 0;
-    a->srun_line = lineno;
-    a->src = SRC_SRUN;
-    rc = apply_options(a, opts);
-    a->src = SRC_SBATCH; /* the command line's errors are no srun line's */
-    return rc;
-}
-
-/* The end of the shell command on `line` (its first line ends at `end`):
- * a line ending in a backslash (before \n or \r\n) goes on in the next,
- * joined here with spaces; *lineno counts the lines joined. #SBATCH lines
- * are never joined: sbatch reads them one by one. */
-static char *command_end(char *line, char *end, char *limit, long *lineno)
-{
-    while (end < limit) {
-        char *cr = end > line && end[-1] == '\r' ? end - 1 : end;
-        if (cr == line || cr[-1] != '\\')
-            break;
-        memset(cr - 1, ' ', (size_t)(end - cr) + 2);
-        ++*lineno;
-        line = end + 1;
-        if (!(end = memchr(line, '\n', (size_t)(limit - line))))
-            end = limit;
-    }
-    return end;
-}
-
-/* As sbatch: #SBATCH lines until the first command; then, as srun, the
- * first srun line's options. The script is read whole (lines of any
- * length, within DT_INPUT_MAX) and kept: the options' values point into it. */
+/* The job script's options, applied in its order: #SBATCH lines, then the
+ * first srun line's (they override #SBATCH). Every body command is linted
+ * as well. The script is kept: the options' values point into it. */
 static int read_sbatch(report_args_t *a, const char *path)
 {
     dt_error_t err;
-    size_t len;
-    long lineno = 0;
-    int body = 0;
-    char *line, *end, why[sizeof(err.text) + 32];
 
-    if (a->script)
+    if (a->script_path)
         return cli_fail("report", "--sbatch given twice", "pass one job script");
     a->script_path = path;
-    if (dt_read_file(path, DT_INPUT_MAX, &a->script, &len, &err) < 0) {
-        snprintf(why, sizeof(why), "job script %s", err.text);
-        return cli_fail("report", why, "check the --sbatch path");
-    }
-    if (!(a->original = malloc(len + 1)))
-        return cli_fail("report", "out of memory", "retry");
-    memcpy(a->original, a->script, len + 1);
-    for (line = a->script; line < a->script + len; line = end + 1) {
-        char *s = line + strspn(line, " \t"), *limit = a->script + len;
-        long first = ++lineno;
-        if (!(end = memchr(line, '\n', (size_t)(limit - line))))
-            end = limit;
-        body |= s != end && *s != '#' && *s != '\r' && *s;
-        if (body && *s != '#')
-            end = command_end(line, end, limit, &lineno);
-        *end = '\0';
-        a->line = first;
-        if (!body && (!strncmp(s, "#SBATCH", 7) || (first == 1 && !strncmp(s, "#!", 2))))
-            a->last_directive = first;
-        if (!body && !strncmp(s, "#SBATCH", 7) && apply_options(a, s + 7) < 0)
-            return -1;
-        if (body)
-            cli_lint_line(&a->lint, s, first, lineno); /* before body_line cuts it into words */
-        if (body && body_line(a, s, first) < 0)
+    if (dt_script_load(&a->script, path, &err) < 0)
+        return cli_fail("report", err.text,
+                        err.code == DT_E_FILE ? "check the --sbatch path" : "retry");
+    for (unsigned i = 0; i < a->script.ncmds; i++)
+        cli_lint_line(&a->lint, a->script.cmds[i].text, a->script.cmds[i].line,
+                      a->script.cmds[i].last);
+    for (unsigned i = 0; i < a->script.nopts; i++) {
+        const dt_script_opt_t *o = &a->script.opts[i];
+        a->src = o->src;
+        a->line = o->line;
+        if (apply_sbatch(a, o->name, o->value) < 0)
             return -1;
     }
+    a->src = DT_SCRIPT_SBATCH; /* the command line's errors are no srun line's */
     if (a->mode_seen && a->req.mode != DT_MODE_AUTO)
         a->o.bind = 0; /* env and off never bind: the report shows no binding */
     return 0;
@@ -783,19 +620,19 @@ static void script_summary(const report_args_t *a, FILE *f)
 {
     const char *m = a->mode;
 
-    fprintf(f, "read from %s:%s\n", a->script_path, a->read[SRC_SBATCH][0] ? a->read[SRC_SBATCH]
+    fprintf(f, "read from %s:%s\n", a->script_path, a->read[DT_SCRIPT_SBATCH][0] ? a->read[DT_SCRIPT_SBATCH]
             : " no option that changes the plan");
-    if (a->ignored[SRC_SBATCH][0])
+    if (a->ignored[DT_SCRIPT_SBATCH][0])
         fprintf(f, "ignored from %s (could change the plan):%s\n", a->script_path,
-                a->ignored[SRC_SBATCH]);
-    if (a->read[SRC_SRUN][0])
-        fprintf(f, "read from srun (line %ld):%s\n", a->srun_line, a->read[SRC_SRUN]);
-    if (a->ignored[SRC_SRUN][0])
-        fprintf(f, "ignored from srun (line %ld) (could change the plan):%s\n", a->srun_line,
-                a->ignored[SRC_SRUN]);
-    if (a->nsrun > 1)
-        fprintf(f, "the script has %ld srun lines; this report is for the first (line %ld)\n",
-                a->nsrun, a->srun_line);
+                a->ignored[DT_SCRIPT_SBATCH]);
+    if (a->read[DT_SCRIPT_SRUN][0])
+        fprintf(f, "read from srun (line %ld):%s\n", a->script.srun_line, a->read[DT_SCRIPT_SRUN]);
+    if (a->ignored[DT_SCRIPT_SRUN][0])
+        fprintf(f, "ignored from srun (line %ld) (could change the plan):%s\n", a->script.srun_line,
+                a->ignored[DT_SCRIPT_SRUN]);
+    if (a->script.nsrun > 1)
+        fprintf(f, "the script has %u srun lines; this report is for the first (line %ld)\n",
+                a->script.nsrun, a->script.srun_line);
     if (a->gpus_per_node > 0 && !a->gpus_note[0])
         fprintf(f, "GPUs: %ld per node: the first %ld GPU indexes, as SLURM allocates them on "
                 "a free node\n", a->gpus_per_node, a->gpus_per_node);
@@ -855,8 +692,7 @@ static int build_failed(const report_args_t *a, const dt_error_t *err)
 static void report_args_free(report_args_t *a)
 {
     cli_lint_free(&a->lint);
-    free(a->script);
-    free(a->original);
+    dt_script_free(&a->script);
 }
 
 /* --convert: the script to write instead, on stdout; what changed, on stderr */
@@ -869,7 +705,8 @@ static int convert_script(report_args_t *a)
     else if (a->lint.oom)
         rc = cli_fail("report", "out of memory", "retry");
     else {
-        cli_lint_convert(&a->lint, a->original, a->mode_seen ? -1 : a->last_directive, stdout);
+        cli_lint_convert(&a->lint, a->script.original,
+                         a->mode_seen ? -1 : a->script.last_directive, stdout);
         fprintf(stderr, "ddp-topo: report: %u problem%s in %s changed%s\n", a->lint.n,
                 a->lint.n == 1 ? "" : "s", a->script_path,
                 a->mode_seen ? "" : ", and #SBATCH --ddp-topo=auto added");
@@ -919,97 +756,9 @@ int cmd_report(int argc, char **argv)
     }
     /* the job would run, but not as ddp-topo means it to: exit 1 */
     if (rc == 0 && a.lint.n) {
-        cli_lint_print(&a.lint, a.original, a.script_path, fmt == DT_FORMAT_TEXT ? stdout : stderr);
+        cli_lint_print(&a.lint, a.script.original, a.script_path, fmt == DT_FORMAT_TEXT ? stdout : stderr);
         rc = -1;
     }
     report_args_free(&a);
     return rc == 2 ? 0 : rc;
-}
-
-static void describe(const dt_node_t *node)
-{
-    char *cpus;
-
-    printf("topology: %s (%s)\n", node->path[0] ? node->path : "this machine",
-           node->source == DT_SOURCE_LIVE ? "live hwloc"
-           : node->source == DT_SOURCE_HWLOC_XML ? "hwloc XML" : "NCCL XML");
-    printf("packages: %u, cores: %u\n", node->npackages, node->ncores);
-    for (unsigned i = 0; i < node->nnuma; i++) {
-        if (hwloc_bitmap_list_asprintf(&cpus, node->numa[i].cpuset) < 0)
-            cpus = NULL;
-        printf("NUMA %u: package %d, cpus %s\n", node->numa[i].os_index, node->numa[i].package,
-               !cpus ? "(out of memory)" : cpus[0] ? cpus : "none (memory only)");
-        free(cpus);
-    }
-    printf("GPUs: %u (%u NVIDIA)\n", node->ngpus, dt_node_nvidia_gpus(node));
-    for (unsigned i = 0; i < node->ngpus; i++) {
-        const dt_gpu_t *g = &node->gpus[i];
-        int numa = g->pci >= 0 ? node->pci[g->pci].numa : -1;
-        printf("  GPU %d %s %s NUMA %d%s\n", g->index, g->busid, g->model,
-               numa >= 0 ? (int)node->numa[numa].os_index : -1, g->nvidia ? "" : " (not bound)");
-    }
-    printf("NICs: %u\n", node->nnics);
-    for (unsigned i = 0; i < node->nnics; i++) {
-        const dt_nic_t *n = &node->nics[i];
-        printf("  %s %s %s port %d %s%s\n", n->name[0] ? n->name : "(unnamed)",
-               dt_nic_kind_name(n->kind), n->busid, n->port,
-               n->state == DT_PORT_UP ? "up" : n->state == DT_PORT_DOWN ? "down" : "state unknown",
-               n->netdev[0] ? "" : "");
-    }
-    printf("NVLink: %s\n", !node->nvlink ? "no information in the source"
-                           : node->nvswitch ? "GPUs joined by NVSwitches" : "GPU to GPU links");
-    for (unsigned a = 0; node->nvlink && a < node->ngpus; a++)
-        for (unsigned b = a + 1; b < node->ngpus; b++)
-            if (dt_node_nvlink(node, a, b) > 0)
-                printf("  GPU %d - GPU %d: %.0f GB/s\n", node->gpus[a].index,
-                       node->gpus[b].index, dt_node_nvlink(node, a, b));
-}
-
-/* A file written where users can change it is one the plugin refuses at
- * every step: said now, while the admin is at the keyboard. Not an error:
- * a file for reading or copying elsewhere may live anywhere. */
-static void warn_untrusted(const char *out)
-{
-    char real[PATH_MAX];
-    dt_error_t err;
-
-    if (realpath(out, real) &&
-        dt_path_trusted("topology file", out, real, "keep topology files where only root can "
-                        "change them, e.g. /etc/ddp-topo", &err) < 0)
-        fprintf(stderr, "ddp-topo: warning: ddp_topo.so will refuse this file: %s\n", err.text);
-}
-
-int cmd_detect(int argc, char **argv)
-{
-    static const struct option opts[] = {
-        {"output", 1, 0, 'o'}, {"topology", 1, 0, 't'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
-    const char *out = NULL, *file = NULL;
-    dt_node_t node;
-    dt_error_t err;
-    int c, rc;
-
-    while ((c = getopt_long(argc, argv, "o:t:h", opts, NULL)) != -1) {
-        if (c == 'h')
-            return fputs(USAGE_DETECT, stdout), 0;
-        if (c == 'o')
-            out = optarg;
-        else if (c == 't')
-            file = optarg;
-        else
-            return cli_fail("detect", "unknown option", "see 'ddp-topo detect --help'");
-    }
-    if (optind != argc || (out && file))
-        return cli_fail("detect", optind != argc ? "unexpected argument"
-                        : "-o writes the live topology; it cannot be combined with --topology",
-                        "see 'ddp-topo detect --help'");
-    if (out)
-        return dt_node_export_live(out, &err) < 0
-               ? cli_fail("detect", err.text, "check that the directory is writable")
-               : (warn_untrusted(out), 0);
-    rc = file ? dt_node_load_file(&node, file, &err) : dt_node_load_live(&node, &err);
-    if (rc < 0)
-        return cli_fail("detect", err.text, "pass an hwloc or NCCL topology XML file");
-    describe(&node);
-    dt_node_free(&node);
-    return 0;
 }
