@@ -111,6 +111,47 @@ int drt_iallreduce(drt_comm_t *c, const void *send, void *recv, size_t count, dr
 int drt_test(drt_request_t *req, int *done, drt_error_t *err);
 int drt_wait(drt_request_t *req, drt_error_t *err); /* frees req */
 
+/* ---- Elastic: shrink in place ----------------------------------------------
+ * A call above (or drt_buckets_*, drt_gpu_*) that fails because a rank of
+ * the world is gone (it exited or was killed, or its node went down)
+ * returns DRT_ELOST instead of -1; drt_lost_count then says how many ranks
+ * this rank knows are gone. With a launcher that keeps the survivors
+ * running (srun --no-kill, ddp-run --no-kill), each survivor may then call
+ * drt_shrink: collective over the survivors, it agrees on who is left
+ * (every survivor gets the same set, however many died and whenever each
+ * saw it; bounded by DDPRT_TIMEOUT), renumbers them 0..M-1 in their old
+ * order, rebuilds the world, node and rail groups (nodes without survivors
+ * drop out; a node that lost some ranks keeps the rest) and the shared
+ * memory and TCP connections, with the job's secret: nobody else can join.
+ * The communicator stays the same pointer; the NCCL communicators are
+ * aborted and made again over the survivors at the next GPU call.
+ * Outstanding requests and buckets' steps are abandoned (free or restart
+ * them). Returns 0 with info filled, or -1 with err (this rank was left
+ * out, or too few survived to agree in time). */
+#define DRT_ELOST (-2)
+
+typedef struct {
+    int old_size, new_size;   /* world sizes before and after */
+    int old_rank;             /* this rank's number before */
+    int old_nodes, new_nodes; /* node counts before and after */
+    int nlost;                /* ranks lost */
+    const int *lost_ranks;    /* their old numbers, ascending */
+    const char *const *lost_nodes; /* the name of the node each ran on */
+    const int *old_rank_of;   /* [new_size]: each new rank's old number */
+    double seconds;           /* drt_shrink's own time */
+} drt_shrink_info_t;
+
+/* ranks this rank knows are gone since drt_init or the last drt_shrink */
+int drt_lost_count(const drt_comm_t *c);
+/* the i-th of them (0 <= i < drt_lost_count), -1 otherwise */
+int drt_lost_rank(const drt_comm_t *c, int i);
+/* the name of the node rank runs (or ran) on: DDP_TOPO_NODENAME (the plugin
+ * sets SLURM's node name there, ddp-run its emulated node's), else the host
+ * name; NULL for no such rank */
+const char *drt_node_name(const drt_comm_t *c, int rank);
+/* info's arrays belong to the communicator, valid until the next drt_shrink */
+int drt_shrink(drt_comm_t *c, drt_shrink_info_t *info, drt_error_t *err);
+
 /* ---- GPU buffers (NCCL) ---------------------------------------------------
  * libddprt loads the CUDA runtime (libcudart.so) and NCCL (libnccl.so.2, or
  * the file DDPRT_NCCL_LIBRARY names) with dlopen at the first call below, so
