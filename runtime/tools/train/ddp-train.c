@@ -60,12 +60,34 @@ static void grad_ready(void *ctx, int i)
         t->step_lost = lost_or_fatal(t, rc, "gradient allreduce", &e);
 }
 
-/* fault injection (--kill-rank/--kill-node): as a node's power failing would */
+static double unix_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* fault injection (--kill-rank/--kill-node): as a node's power failing
+ * would. The wall clock of the kill, and of the survivors' first step
+ * after it, on stderr: the recovery benchmark's two ends. */
 static void maybe_die(const train_t *t)
 {
     if (t->o.kill_step && t->s.step + 1 == t->o.kill_step &&
-        (t->rank0 == t->o.kill_rank || t->node0 == t->o.kill_node))
+        (t->rank0 == t->o.kill_rank || t->node0 == t->o.kill_node)) {
+        fprintf(stderr, "ddp-train: rank %d: --kill-step %" PRIu64 ": SIGKILL at %.6f\n",
+                t->rank0, t->o.kill_step, unix_now());
         raise(SIGKILL);
+    }
+}
+
+static void first_step_after(train_t *t)
+{
+    if (!t->recovering)
+        return;
+    t->recovering = 0;
+    if (t->o.kill_step && drt_rank(t->c) == 0)
+        fprintf(stderr, "ddp-train: first step after the recovery done at %.6f\n", unix_now());
 }
 
 static void log_samples(train_t *t, const uint32_t *perm, uint64_t offset)
@@ -124,6 +146,7 @@ static int step(train_t *t, const uint32_t *perm, drt_step_stats_t *st)
     t->s.loss_sum += loss;
     t->s.loss_count += (uint64_t)B;
     t->batch_loss = loss / B;
+    first_step_after(t);
     return 0;
 }
 
@@ -200,6 +223,7 @@ static int run(train_t *t)
             if (step(t, t->perm, &st)) {
                 if ((rc = elastic_recover(t, elastic_clock())) != 0)
                     return rc;
+                t->recovering = 1;
                 continue;
             }
             if (after_step(t, &st))

@@ -92,6 +92,7 @@ typedef struct {
     float gscale;           /* weight of this rank's mean gradient: B x world / G */
     int step_lost;          /* a rank was lost in this step's allreduce (--elastic) */
     int rank0, node0;       /* this rank's rank and node at the start (--kill-*) */
+    int recovering;         /* recovered; no step completed since */
     struct elastic *el;     /* elastic.c */
     FILE *samples;          /* --sample-log */
 } train_t;
