@@ -38,16 +38,16 @@
     "Run N ranks of PROGRAM here, as M emulated nodes (default 1; ranks are\n" \
     "spread block-wise), each with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,\n" \
     "GROUP_RANK/NODE_RANK, GROUP_WORLD_SIZE, ROLE_*, TORCHELASTIC_*, MASTER_ADDR,\n" \
-    "MASTER_PORT, DDPRT_PORT, DDPRT_SECRET and DDP_RUN_NODE set (and, with\n" \
-    "several nodes, NCCL_HOSTID unless set, so NCCL sees separate hosts). When a rank\n" \
-    "fails, the others get SIGTERM, then SIGKILL after --grace seconds (default\n" \
-    "5), and ddp-run exits with the failed rank's status. With -k (--no-kill), as\n" \
-    "srun -k, the others go on: ddp-run waits for all and exits with the status of\n" \
-    "the first rank that failed other than by a signal it did not forward, else 0\n" \
-    "when any rank was left (a rank killed from outside is lost, as by a node\n" \
-    "failure), else the first lost rank's. SIGINT, SIGTERM and\n" \
-    "SIGHUP are forwarded; when ddp-run itself dies (even by SIGKILL) the ranks\n" \
-    "get SIGKILL. Unless\n" \
+    "MASTER_PORT, DDPRT_PORT, DDPRT_SECRET, DDP_RUN_NODE=K and DDP_TOPO_NODENAME=nodeK\n" \
+    "set (and, with several nodes, NCCL_HOSTID unless set, so NCCL sees separate\n" \
+    "hosts). When a rank fails, the others get SIGTERM, then SIGKILL after --grace\n" \
+    "seconds (default 5), and ddp-run exits with the failed rank's status. With -k\n" \
+    "(--no-kill), as srun -k, the others go on and ddp-run waits for all: a rank\n" \
+    "killed by a signal ddp-run did not forward is lost (as by a node failure), any\n" \
+    "other non-zero end failed; it exits with the first failed rank's status, else 0\n" \
+    "when a rank exited 0, else the first lost rank's. SIGINT, SIGTERM and SIGHUP\n" \
+    "are forwarded; when ddp-run itself dies (even by SIGKILL) the ranks get\n" \
+    "SIGKILL. Unless\n" \
     "DDPRT_PORT is set, ddp-run listens on a free port of --master-addr\n" \
     "(default 127.0.0.1) for libddprt's rendezvous and hands rank 0 the listening\n" \
     "socket (DDPRT_LISTEN_FD), so no other process can take it; unless\n" \
@@ -219,6 +219,17 @@ static void host_id(int node)
     setenv("NCCL_HOSTID", id, 0);
 }
 
+/* DDP_TOPO_NODENAME, the node name libddprt reports (drt_node_name: a lost
+ * rank's node), as the plugin sets SLURM's: the emulated node's, "nodeK",
+ * even when ddp-run runs inside a SLURM step whose plugin set its own */
+static void node_name(int node)
+{
+    char name[32];
+
+    snprintf(name, sizeof(name), "node%d", node);
+    setenv("DDP_TOPO_NODENAME", name, 1);
+}
+
 static pid_t spawn(int rank, int n, int m, char **argv, int listen_fd, const char *run_id)
 {
     int node = node_of(rank, n, m);
@@ -235,6 +246,7 @@ static pid_t spawn(int rank, int n, int m, char **argv, int listen_fd, const cha
     contract_rank_env(&r, set_one, NULL);
     contract_elastic_env(run_id, get_one, set_one, NULL);
     setenv_num("DDP_RUN_NODE", node);
+    node_name(node);
     if (m > 1) /* emulated nodes are hosts of their own to NCCL too */
         host_id(node);
     setenv(DRT_ENV_OMP_THREADS, "1", 0);
