@@ -24,6 +24,7 @@
 /* bytes of one shared-memory ring: small enough that what one rank writes is
  * still in cache when its peer reads it (256 KiB measured best, 64 KiB-4 MiB) */
 #define RT_SHM_RING (256u << 10)
+#define RT_NAME 64 /* bytes of a node's name, its terminating NUL included */
 
 /* A one-way shared-memory ring between two ranks of a node. */
 typedef struct {
@@ -71,8 +72,14 @@ struct drt_comm {
     int nnodes;
     group_t world, node, rail;
     chan_t *chan;             /* per rank; chan[rank].peer < 0 when unused */
-    uint32_t *ep_ip, *ep_port; /* per rank: where its notices go (UDP) */
+    uint32_t *ep_ip, *ep_port; /* per rank: where it takes connections (TCP) and notices (UDP) */
+    char (*names)[RT_NAME];   /* per rank: its node's name (drt_node_name) */
+    int listen_fd;            /* this rank's listener at ep_port: peers, drt_shrink; -1 none */
     int notice_fd;            /* UDP socket for abort notices, -1 when none */
+    uint32_t epoch;           /* drt_shrink calls so far: notices and hellos carry it */
+    unsigned char *lost;      /* per rank: known gone (a broken channel, a notice, silence) */
+    int *lost_list, nlost;    /* those ranks, in the order they were found */
+    struct shrink_info *shrunk; /* shrink.c: what the last drt_shrink's info points into */
     int pmix;                 /* bootstrapped through PMIx */
     int abort;                /* a pipelined collective failed: stop the other thread */
     shm_t *shm;
@@ -100,6 +107,11 @@ void rt_warn(const drt_comm_t *c, const char *fmt, ...) __attribute__((format(pr
 double rt_now(void);
 /* "node 1 at 10.0.0.2": where a rank runs (GROUP_RANK, its data address) */
 const char *rt_where(const drt_comm_t *c, int rank, char *buf, size_t len);
+/* rank is gone (seen by a broken channel, a notice or its silence): remembered for
+ * drt_lost_count and turns the public calls' -1 into DRT_ELOST */
+void rt_mark_lost(drt_comm_t *c, int rank);
+/* a public call's result: DRT_ELOST for a failure once a rank is known gone */
+int rt_status(const drt_comm_t *c, int rc);
 
 /* net.c: TCP */
 int net_listen(int port, int *out_port, drt_error_t *err); /* on every address */
@@ -114,11 +126,16 @@ int net_connect_from(const char *host, int port, uint32_t src, double deadline,
 int net_send_all(int fd, const void *buf, size_t len, double deadline);
 int net_recv_all(int fd, void *buf, size_t len, double deadline);
 void net_tune(int fd);
+/* one connection attempt to ip:port (network order), closed at once: 1 when
+ * something listens there, 0 when refused, unreachable or past deadline */
+int net_probe(uint32_t ip, uint32_t port, double deadline);
 
 /* What a rank says about itself when it connects (after the handshake). */
 typedef struct {
+    /* port: where it listens; in an AUTH_SHRINK hello the caller's epoch instead */
     uint32_t size, rank, node, local, port, pid;
     uint32_t ip; /* where this rank takes data connections; 0: its source address */
+    char name[RT_NAME]; /* its node's name (boot.c), NUL-terminated; may be empty */
 } hello_t;
 
 /* auth.c: mutual HMAC challenge-response on every connection (libsodium) */
@@ -127,6 +144,8 @@ typedef struct {
 enum { AUTH_BOOT = 1, AUTH_DATA = 2 }; /* to rank 0's MASTER_PORT, between peers */
 /* ddp-check's own connections: its MASTER_PORT probe, its rail streams */
 enum { AUTH_PROBE = 3, AUTH_LINK = 4 };
+/* a survivor to the lowest surviving rank in drt_shrink */
+enum { AUTH_SHRINK = 5 };
 /* auth_connect_from's failures beyond net_connect_from's (NET_E*) */
 enum { AUTH_EIMPOSTOR = -3, AUTH_EHANDSHAKE = -4 };
 typedef struct {
@@ -163,6 +182,13 @@ void auth_comm_free(drt_comm_t *c);
 
 /* boot.c: who is where, and the connections */
 int boot_exchange(drt_comm_t *c, drt_error_t *err);
+/* the world, node and rail groups from node_of and local_of */
+void boot_groups(drt_comm_t *c);
+/* the TCP channels the groups' rings need, on listen_fd and ep_ip/ep_port */
+int boot_connect(drt_comm_t *c, drt_error_t *err);
+
+/* shrink.c: drt_shrink's state, freed by drt_finalize */
+void shrink_free(drt_comm_t *c);
 
 /* pmix.c: the endpoint table through PMIx put/commit/fence/get */
 int pmix_wanted(void);

@@ -22,7 +22,30 @@
 
 typedef struct {
     uint32_t ip, port, node, local, pid;
+    char name[RT_NAME]; /* its node's: drt_node_name */
 } endpoint_t;
+
+/* This node's name as the launcher gives it (SLURM's node name, ddp-run's
+ * emulated node), else the host's: what a person excludes or drains. */
+static void node_name(char out[RT_NAME])
+{
+    const char *v = getenv(DRT_ENV_NODENAME);
+
+    memset(out, 0, RT_NAME);
+    if (v && *v)
+        snprintf(out, RT_NAME, "%s", v);
+    else if (gethostname(out, RT_NAME - 1) < 0 || !out[0])
+        snprintf(out, RT_NAME, "?");
+}
+
+static endpoint_t endpoint_mine(const drt_comm_t *c, int port, uint32_t ip)
+{
+    endpoint_t e = {ip, (uint32_t)port, c->env.node_rank, c->env.local_rank,
+                    (uint32_t)getpid(), {0}};
+
+    node_name(e.name);
+    return e;
+}
 
 static void hello_fill(const drt_comm_t *c, hello_t *h, int port, uint32_t ip)
 {
@@ -34,6 +57,7 @@ static void hello_fill(const drt_comm_t *c, hello_t *h, int port, uint32_t ip)
     h->port = (uint32_t)port;
     h->pid = (uint32_t)getpid();
     h->ip = ip;
+    node_name(h->name);
 }
 
 static void list_missing(const char *seen, int n, char *buf, size_t len)
@@ -95,7 +119,8 @@ static int take_rank(void *ctx, int fd, const auth_session_t *s, const hello_t *
     }
     getpeername(fd, (struct sockaddr *)&peer, &len);
     g->tab[h->rank] = (endpoint_t){h->ip ? h->ip : peer.sin_addr.s_addr, h->port, h->node,
-                                   h->local, h->pid};
+                                   h->local, h->pid, {0}};
+    memcpy(g->tab[h->rank].name, h->name, RT_NAME - 1); /* the last NUL stays */
     g->fds[h->rank] = fd;
     g->sess[h->rank] = *s;
     return ++g->got == g->c->size;
@@ -184,8 +209,7 @@ static int gather_as_root(drt_comm_t *c, int port, uint32_t ip, endpoint_t *tab,
         g.fds[r] = -1; /* before any exit: calloc's 0 would close stdin below */
     if (!g.fds || !g.sess || !seen || (lfd = master_listener(c, deadline, err)) < 0)
         goto out;
-    tab[0] = (endpoint_t){ip, (uint32_t)port, c->env.node_rank, c->env.local_rank,
-                          (uint32_t)getpid()};
+    tab[0] = endpoint_mine(c, port, ip);
     if (c->size > 1 && auth_serve(c, lfd, AUTH_BOOT, deadline, take_rank, &g, err) < 0) {
         for (int r = 0; r < c->size; r++)
             seen[r] = r == 0 || g.fds[r] >= 0;
@@ -281,7 +305,7 @@ static int take_peer(void *ctx, int fd, const auth_session_t *s, const hello_t *
 }
 
 /* Lower ranks accept, higher ranks connect: each pair makes one connection. */
-static int connect_peers(drt_comm_t *c, int lfd, const endpoint_t *tab, drt_error_t *err)
+int boot_connect(drt_comm_t *c, drt_error_t *err)
 {
     double deadline = rt_now() + c->timeout;
     peers_t w = {c, 0};
@@ -299,15 +323,15 @@ static int connect_peers(drt_comm_t *c, int lfd, const endpoint_t *tab, drt_erro
             w.expect++;
             continue;
         }
-        inet_ntop(AF_INET, &tab[p].ip, host, sizeof(host));
-        if ((fd = auth_connect(c, host, (int)tab[p].port, AUTH_DATA, &h, deadline, &s, &why)) < 0)
+        inet_ntop(AF_INET, &c->ep_ip[p], host, sizeof(host));
+        if ((fd = auth_connect(c, host, (int)c->ep_port[p], AUTH_DATA, &h, deadline, &s, &why)) < 0)
             return rt_fail(err, "cannot connect to rank %d at %s:%u: %.200s", p, host,
-                           tab[p].port, why.text);
-        rt_log(c, "connected to rank %d at %s:%u", p, host, tab[p].port);
+                           c->ep_port[p], why.text);
+        rt_log(c, "connected to rank %d at %s:%u", p, host, c->ep_port[p]);
         c->chan[p].fd = fd;
         c->chan[p].tp = &xfer_tcp;
     }
-    if (w.expect > 0 && auth_serve(c, lfd, AUTH_DATA, deadline, take_peer, &w, err) < 0)
+    if (w.expect > 0 && auth_serve(c, c->listen_fd, AUTH_DATA, deadline, take_peer, &w, err) < 0)
         return rt_fail(err, "ranks that should connect to rank %d did not within %.0f s",
                        c->rank, c->timeout);
     return 0;
@@ -334,7 +358,7 @@ static void find_me(const drt_comm_t *c, group_t *g)
             g->me = i;
 }
 
-static void build_groups(drt_comm_t *c)
+void boot_groups(drt_comm_t *c)
 {
     int me = c->rank, per = -1;
 
@@ -368,19 +392,20 @@ static void build_groups(drt_comm_t *c)
 
 static int gather_pmix(drt_comm_t *c, int port, uint32_t ip, endpoint_t *tab, drt_error_t *err)
 {
-    endpoint_t mine = {ip, (uint32_t)port, c->env.node_rank, c->env.local_rank,
-                       (uint32_t)getpid()};
+    endpoint_t mine = endpoint_mine(c, port, ip);
 
     return pmix_exchange(c, &mine, tab, sizeof(mine), err);
 }
 
+/* The listener stays open for the communicator's life (drt_finalize closes
+ * it): drt_shrink finds the survivors there and rebuilds the channels. */
 int boot_exchange(drt_comm_t *c, drt_error_t *err)
 {
     endpoint_t *tab = calloc((size_t)c->size, sizeof(endpoint_t));
-    int port, lfd = net_listen(0, &port, err), rc = -1;
+    int port, rc = -1;
     uint32_t ip;
 
-    if (!tab || lfd < 0 || choose_ip(c, &ip, err) < 0)
+    if (!tab || (c->listen_fd = net_listen(0, &port, err)) < 0 || choose_ip(c, &ip, err) < 0)
         goto out;
     rt_log(c, pmix_wanted() ? "bootstrap through PMIx" : "bootstrap through TCP at %s:%u",
            c->env.master_addr, c->env.runtime_port);
@@ -394,13 +419,13 @@ int boot_exchange(drt_comm_t *c, drt_error_t *err)
         c->chan[r] = (chan_t){.peer = r, .fd = -1, .pid = (pid_t)tab[r].pid};
         c->ep_ip[r] = tab[r].ip;
         c->ep_port[r] = tab[r].port;
+        memcpy(c->names[r], tab[r].name, RT_NAME);
+        c->names[r][RT_NAME - 1] = '\0';
     }
     notice_open(c, port);
-    build_groups(c);
-    rc = connect_peers(c, lfd, tab, err);
+    boot_groups(c);
+    rc = boot_connect(c, err);
 out:
-    if (lfd >= 0)
-        close(lfd);
     free(tab);
     return rc;
 }

@@ -63,11 +63,15 @@ static int alloc_tables(drt_comm_t *c)
     c->rail.ranks = calloc(n, sizeof(int));
     c->ep_ip = calloc(n, sizeof(uint32_t));
     c->ep_port = calloc(n, sizeof(uint32_t));
+    c->names = calloc(n, RT_NAME);
+    c->lost = calloc(n, 1);
+    c->lost_list = calloc(n, sizeof(int));
     /* no channel yet: calloc's fd 0 would make drt_finalize close stdin */
     for (size_t r = 0; c->chan && r < n; r++)
         c->chan[r] = (chan_t){.peer = -1, .fd = -1};
     return c->node_of && c->local_of && c->chan && c->world.ranks && c->node.ranks &&
-           c->rail.ranks && c->ep_ip && c->ep_port ? 0 : -1;
+           c->rail.ranks && c->ep_ip && c->ep_port && c->names && c->lost && c->lost_list
+               ? 0 : -1;
 }
 
 int drt_init(drt_comm_t **out, drt_error_t *err)
@@ -77,7 +81,7 @@ int drt_init(drt_comm_t **out, drt_error_t *err)
     *out = NULL;
     if (!c)
         return rt_fail(err, "out of memory");
-    c->notice_fd = -1;
+    c->notice_fd = c->listen_fd = -1;
     pthread_mutex_init(&c->lock, NULL);
     pthread_cond_init(&c->cond, NULL);
     if (auth_ready() < 0) {
@@ -122,6 +126,12 @@ void drt_finalize(drt_comm_t *c)
     shm_detach(c);
     if (c->notice_fd >= 0)
         close(c->notice_fd);
+    if (c->listen_fd >= 0)
+        close(c->listen_fd);
+    shrink_free(c);
+    free(c->names);
+    free(c->lost);
+    free(c->lost_list);
     free(c->ep_ip);
     free(c->ep_port);
     free(c->node_of);
@@ -158,4 +168,37 @@ drt_algo_t drt_get_algo(const drt_comm_t *c)
 int drt_node_of(const drt_comm_t *c, int rank)
 {
     return rank >= 0 && rank < c->size ? c->node_of[rank] : -1;
+}
+
+const char *drt_node_name(const drt_comm_t *c, int rank)
+{
+    return rank >= 0 && rank < c->size ? c->names[rank] : NULL;
+}
+
+int drt_lost_count(const drt_comm_t *c)
+{
+    return c->nlost;
+}
+
+int drt_lost_rank(const drt_comm_t *c, int i)
+{
+    return i >= 0 && i < c->nlost ? c->lost_list[i] : -1;
+}
+
+/* Called from the progress thread too: the lock keeps the list whole. */
+void rt_mark_lost(drt_comm_t *c, int rank)
+{
+    if (rank < 0 || rank >= c->size || rank == c->rank)
+        return;
+    pthread_mutex_lock(&c->lock);
+    if (!c->lost[rank]) {
+        c->lost[rank] = 1;
+        c->lost_list[c->nlost++] = rank;
+    }
+    pthread_mutex_unlock(&c->lock);
+}
+
+int rt_status(const drt_comm_t *c, int rc)
+{
+    return rc < 0 && __atomic_load_n(&c->nlost, __ATOMIC_ACQUIRE) ? DRT_ELOST : rc;
 }

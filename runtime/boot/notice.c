@@ -16,6 +16,7 @@
 
 typedef struct {
     uint32_t magic, dead, reporter, kind; /* kind: NOTICE_* (internal.h) */
+    uint32_t epoch, pad;     /* ranks are numbered anew by each drt_shrink */
     uint64_t seq;
     unsigned char nonce[16]; /* two notices never sign the same bytes */
     unsigned char mac[AUTH_MAC]; /* HMAC of everything above: the secret stays here */
@@ -41,7 +42,7 @@ void notice_send(drt_comm_t *c, int dead)
 void notice_send_kind(drt_comm_t *c, int dead, int kind, uint64_t seq)
 {
     notice_t n = {.magic = RT_MAGIC, .dead = (uint32_t)dead, .reporter = (uint32_t)c->rank,
-                  .kind = (uint32_t)kind, .seq = seq};
+                  .kind = (uint32_t)kind, .epoch = c->epoch, .seq = seq};
 
     if (c->notice_fd < 0 || !c->ep_ip)
         return;
@@ -65,7 +66,7 @@ int notice_check(drt_comm_t *c, unsigned kinds, drt_error_t *err)
         return 0;
     while (recv(c->notice_fd, &n, sizeof(n), 0) == (ssize_t)sizeof(n)) {
         char where[64];
-        if (n.magic != RT_MAGIC || (int)n.dead >= c->size || n.kind >= 32 ||
+        if (n.magic != RT_MAGIC || (int)n.dead >= c->size || n.kind >= 32 || n.epoch != c->epoch ||
             !(kinds & (1u << n.kind)) ||
             !auth_check(c, "ddprt notice", &n, offsetof(notice_t, mac), NULL, 0, n.mac))
             continue;
@@ -78,6 +79,7 @@ int notice_check(drt_comm_t *c, unsigned kinds, drt_error_t *err)
             return rt_fail(err, "ddprt: rank %u (%s) could not start its NCCL communicators "
                            "(its own error says why)", n.dead,
                            rt_where(c, (int)n.dead, where, sizeof(where)));
+        rt_mark_lost(c, (int)n.dead);
         return rt_fail(err, "rank %u (%s) died during collective #%llu (reported by rank %u)",
                        n.dead, rt_where(c, (int)n.dead, where, sizeof(where)),
                        (unsigned long long)n.seq, n.reporter);

@@ -7,6 +7,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Once a rank is known gone, a collective could only wait for it (or for
+ * survivors already in drt_shrink): each fails at once until drt_shrink. */
+static int broken(drt_comm_t *c, drt_error_t *err)
+{
+    char where[64];
+    int r;
+
+    if (!__atomic_load_n(&c->nlost, __ATOMIC_ACQUIRE))
+        return 0;
+    r = drt_lost_rank(c, 0);
+    return rt_fail(err, "rank %d (%s) is gone: collective #%llu not run (drt_shrink rebuilds the "
+                   "world over the survivors)", r, rt_where(c, r, where, sizeof(where)),
+                   (unsigned long long)c->seq + 1);
+}
+
 /* The working buffer: recv itself when aligned for the type, else a copy;
  * 16-bit floats always widen to float32. */
 int coll_allreduce(drt_comm_t *c, const void *send, void *recv, size_t count, drt_dtype_t t,
@@ -20,6 +35,8 @@ int coll_allreduce(drt_comm_t *c, const void *send, void *recv, size_t count, dr
 
     if (!esize)
         return rt_fail(err, "allreduce: unknown data type %d", (int)t);
+    if (broken(c, err))
+        return -1;
     c->seq++;
     if (half || ((uintptr_t)recv % esize) != 0) {
         if (!(work = aligned_alloc(64, ((count * wsize) / 64 + 1) * 64)))
@@ -53,6 +70,8 @@ int coll_broadcast(drt_comm_t *c, void *buf, size_t bytes, int root, drt_error_t
 
     if (root < 0 || root >= c->size)
         return rt_fail(err, "broadcast: root %d is not a rank (0-%d)", root, c->size - 1);
+    if (broken(c, err))
+        return -1;
     for (int i = 0; i < g->n; i++)
         pos = g->ranks[i] == root ? i : pos;
     c->seq++;
@@ -64,8 +83,10 @@ int coll_allgather(drt_comm_t *c, const void *send, void *recv, size_t bytes, dr
     span_t *s = calloc((size_t)c->size, sizeof(span_t));
     int rc;
 
-    if (!s)
-        return rt_fail(err, "out of memory");
+    if (!s || broken(c, err)) {
+        free(s);
+        return s ? -1 : rt_fail(err, "out of memory");
+    }
     for (int i = 0; i < c->world.n; i++)
         s[i] = (span_t){(size_t)c->world.ranks[i] * bytes, bytes};
     c->seq++;
@@ -86,10 +107,11 @@ int coll_reduce_scatter(drt_comm_t *c, const void *send, void *recv, size_t coun
     unsigned char *work = aligned_alloc(64, ((total * wsize) / 64 + 1) * 64);
     coll_args_t x = {work, NULL, total, wsize, wt, op, c->size};
 
-    if (!s || !work || !esize) {
+    if (!s || !work || !esize || broken(c, err)) {
         free(s);
         free(work);
-        return rt_fail(err, esize ? "out of memory" : "reduce_scatter: unknown data type");
+        return s && work && esize ? -1 : rt_fail(err, esize ? "out of memory"
+                                                  : "reduce_scatter: unknown data type");
     }
     if (half)
         rt_to_f32((float *)work, send, total, t);
@@ -110,6 +132,8 @@ int coll_reduce_scatter(drt_comm_t *c, const void *send, void *recv, size_t coun
 
 int coll_barrier(drt_comm_t *c, drt_error_t *err)
 {
+    if (broken(c, err))
+        return -1;
     c->seq++;
     return cpu_fence(c, err);
 }

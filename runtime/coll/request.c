@@ -91,22 +91,24 @@ int drt_iallreduce(drt_comm_t *c, const void *send, void *recv, size_t count, dr
 int drt_test(drt_request_t *r, int *done, drt_error_t *err)
 {
     if (r->gpu)
-        return gpu_req_test(r->gpu, done, err);
+        return rt_status(r->comm, gpu_req_test(r->gpu, done, err));
     pthread_mutex_lock(&r->comm->lock);
     *done = r->done;
     pthread_mutex_unlock(&r->comm->lock);
     if (*done && r->rc < 0 && err)
         *err = r->err;
-    return *done ? r->rc : 0;
+    return *done ? rt_status(r->comm, r->rc) : 0;
 }
 
 int drt_wait(drt_request_t *r, drt_error_t *err)
 {
     int rc;
 
-    if (!r->gpu)
-        return request_wait_timed(r, NULL, err);
-    rc = gpu_req_wait(r->gpu, err);
+    if (!r->gpu) {
+        drt_comm_t *c = r->comm;
+        return rt_status(c, request_wait_timed(r, NULL, err));
+    }
+    rc = rt_status(r->comm, gpu_req_wait(r->gpu, err));
     free(r);
     return rc;
 }

@@ -32,12 +32,13 @@ static size_t segment_size(int n)
     return HEADER + (size_t)n * (size_t)n * sizeof(shm_ring_t);
 }
 
-/* Keyed by the secret and the step (MASTER_PORT, restarts): a name seen in
- * /dev/shm says nothing about the next step's, so no other user can create
- * that one first. */
+/* Keyed by the secret and the step (MASTER_PORT, restarts, drt_shrink's
+ * epoch): a name seen in /dev/shm says nothing about the next step's, so no
+ * other user can create that one first. */
 static void segment_name(const drt_comm_t *c, char *buf, size_t len)
 {
-    uint32_t step[3] = {c->env.master_port, c->env.restart_count, (uint32_t)c->node_of[c->rank]};
+    uint32_t step[4] = {c->env.master_port, c->env.restart_count, (uint32_t)c->node_of[c->rank],
+                        c->epoch};
     unsigned char mac[AUTH_MAC];
 
     auth_mac(c, "ddprt shm", step, sizeof(step), NULL, 0, mac);

@@ -269,6 +269,7 @@ static int run(drt_comm_t *c, side_t *s, drt_error_t *err)
                 return -1; /* someone else saw the root cause first */
             if (n < 0) {
                 char where[64];
+                rt_mark_lost(c, s[i].ch->peer);
                 notice_send(c, s[i].ch->peer);
                 return rt_fail(err, "rank %d (%s) %s during collective #%llu (rank %d died, "
                                "or its node?)", s[i].ch->peer,
@@ -287,6 +288,7 @@ static int run(drt_comm_t *c, side_t *s, drt_error_t *err)
             if (s[i].ch && s[i].done < total(&s[i]) && s[i].ch->tp->dead(s[i].ch)) {
                 if (notice_check(c, NOTICE_DIED_ONLY, err) < 0)
                     return -1; /* it died because another rank did */
+                rt_mark_lost(c, s[i].ch->peer);
                 notice_send(c, s[i].ch->peer);
                 return rt_fail(err, "rank %d (pid %d on this node) died during collective #%llu",
                                s[i].ch->peer, (int)s[i].ch->pid, (unsigned long long)c->seq);
@@ -299,6 +301,7 @@ static int run(drt_comm_t *c, side_t *s, drt_error_t *err)
         if (rt_now() - last > c->timeout) {
             int who = s[1].done < total(&s[1]) ? s[1].ch->peer : s[0].ch->peer;
             char where[64];
+            rt_mark_lost(c, who); /* a node gone dark looks like this */
             return rt_fail(err, "rank %d (%s) did not answer for %.0f s during collective "
                            "#%llu (DDPRT_TIMEOUT)", who, rt_where(c, who, where, sizeof(where)),
                            c->timeout, (unsigned long long)c->seq);

@@ -140,6 +140,23 @@ static int try_connect(const struct addrinfo *ai, uint32_t src, double deadline)
     return NET_EANSWER;
 }
 
+int net_probe(uint32_t ip, uint32_t port, double deadline)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = ip};
+    struct addrinfo ai = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM,
+                          .ai_addr = (struct sockaddr *)&a, .ai_addrlen = sizeof(a)};
+    struct linger reset = {1, 0};
+    int fd = try_connect(&ai, 0, deadline);
+
+    if (fd < 0)
+        return 0;
+    /* a reset: nothing lingers in TIME_WAIT, and the listener's owner drops it at once */
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
+    close(fd);
+    return 1;
+}
+
 /* Retry with backoff until the deadline: the listener may start last. */
 int net_connect(const char *host, int port, double deadline, drt_error_t *err)
 {

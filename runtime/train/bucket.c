@@ -293,7 +293,7 @@ int drt_buckets_ready(drt_buckets_t *b, int index, drt_error_t *err)
     g->ready = 1;
     b->t_last_ready = rt_now();
     b->bk[g->bucket].pending--;
-    return start_ready(b, err);
+    return rt_status(b->c, start_ready(b, err));
 }
 
 /* Gradients never marked ready contribute zeros; then start the rest. */
@@ -401,9 +401,9 @@ int drt_buckets_finish(drt_buckets_t *b, drt_step_stats_t *stats, drt_error_t *e
     st.compute_s = (b->next == b->nb ? b->t_last_ready : t_enter) - b->t_begin;
     rc = wait_all(b, start_rest(b, err), err);
     if (rc < 0)
-        return -1;
+        return rt_status(b->c, -1);
     if (copy_back(b, err) < 0 || exchange(b, &st, err) < 0)
-        return -1;
+        return rt_status(b->c, -1);
     t_end = rt_now();
     for (int k = 0; k < b->nb; k++) {
         st.comm_s += b->bk[k].busy;

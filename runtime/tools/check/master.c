@@ -146,7 +146,7 @@ static uint32_t probe_source(const ck_rank_t *me, uint32_t master)
 static int probe(const ck_rank_t *me, const drt_env_t *env, drt_comm_t *auth, uint32_t ip,
                  double timeout, char *why, size_t len)
 {
-    hello_t h = {env->world_size, env->rank, env->node_rank, env->local_rank, 0, 0, 0};
+    hello_t h = {env->world_size, env->rank, env->node_rank, env->local_rank, 0, 0, 0, {0}};
     char text[INET_ADDRSTRLEN];
     auth_session_t s;
     drt_error_t err;

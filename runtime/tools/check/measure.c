@@ -259,7 +259,7 @@ int ck_link_listen(drt_comm_t *world, ck_rank_t *all, int *fd, drt_error_t *err)
 static int link_connect(drt_comm_t *world, const ck_rank_t *me, const ck_rank_t *to,
                         int by_host, double deadline, char *why, size_t len)
 {
-    hello_t h = {(uint32_t)drt_size(world), me->rank, me->node, me->local, 0, 0, 0};
+    hello_t h = {(uint32_t)drt_size(world), me->rank, me->node, me->local, 0, 0, 0, {0}};
     uint32_t dst = link_ip(to, by_host);
     double bound = deadline - rt_now();
     char host[INET_ADDRSTRLEN];

@@ -14,8 +14,10 @@
  * ddp-train ...` on one machine. `ddp-train --help` lists the options.
  */
 #include "train.h"
+#include "files.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -29,14 +31,76 @@ static void fatal(const char *what, const drt_error_t *e)
     exit(1);
 }
 
-/* The ready callback of model_step: backward finished gradient i. */
+/* A collective failed: with --elastic and a lost rank, 1 (recover); else
+ * the run ends, leaving the lost nodes' names for a requeue to exclude. */
+static int lost_or_fatal(train_t *t, int rc, const char *what, const drt_error_t *e)
+{
+    if (rc == DRT_ELOST && t->o.elastic)
+        return 1;
+    if (rc == DRT_ELOST)
+        elastic_note_known(t);
+    fatal(what, e);
+    return -1;
+}
+
+/* The ready callback of model_step: backward finished gradient i. A
+ * survivor weights its mean gradient by its share of the global batch. */
 static void grad_ready(void *ctx, int i)
 {
     train_t *t = ctx;
     drt_error_t e;
+    int rc;
 
-    if (drt_buckets_ready(t->buckets, i, &e) < 0)
-        fatal("gradient allreduce", &e);
+    if (t->step_lost)
+        return; /* the step is abandoned: finish says so */
+    if (t->gscale != 1.0f)
+        for (size_t k = 0; k < t->p[i].n; k++)
+            t->p[i].g[k] *= t->gscale;
+    if ((rc = drt_buckets_ready(t->buckets, i, &e)) < 0)
+        t->step_lost = lost_or_fatal(t, rc, "gradient allreduce", &e);
+}
+
+static double unix_now(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* fault injection (--kill-rank/--kill-node): as a node's power failing
+ * would. The wall clock of the kill, and of the survivors' first step
+ * after it, on stderr: the recovery benchmark's two ends. */
+static void maybe_die(const train_t *t)
+{
+    if (t->o.kill_step && t->s.step + 1 == t->o.kill_step &&
+        (t->rank0 == t->o.kill_rank || t->node0 == t->o.kill_node)) {
+        fprintf(stderr, "ddp-train: rank %d: --kill-step %" PRIu64 ": SIGKILL at %.6f\n",
+                t->rank0, t->o.kill_step, unix_now());
+        raise(SIGKILL);
+    }
+}
+
+static void first_step_after(train_t *t)
+{
+    if (!t->recovering)
+        return;
+    t->recovering = 0;
+    if (t->o.kill_step && drt_rank(t->c) == 0)
+        fprintf(stderr, "ddp-train: first step after the recovery done at %.6f\n", unix_now());
+}
+
+static void log_samples(train_t *t, const uint32_t *perm, uint64_t offset)
+{
+    int world = drt_size(t->c), r = drt_rank(t->c);
+
+    if (!t->samples)
+        return;
+    for (int i = 0; i < t->B; i++)
+        fprintf(t->samples, "%" PRIu64 " %" PRIu64 " %d %u\n", t->s.epoch, t->s.step, world,
+                perm[offset + (size_t)r + (size_t)world * (size_t)i]);
+    if (fflush(t->samples) != 0)
+        fprintf(stderr, "ddp-train: --sample-log: cannot write\n");
 }
 
 static void slow_down(const train_t *t)
@@ -48,17 +112,20 @@ static void slow_down(const train_t *t)
 }
 
 /* One step: this rank's part of the global batch, forward and backward
- * with the buckets' allreduces overlapping backward, then SGD. */
-static void step(train_t *t, const uint32_t *perm, drt_step_stats_t *st)
+ * with the buckets' allreduces overlapping backward, then SGD. 1 when a
+ * rank was lost (--elastic): nothing of the step was applied here. */
+static int step(train_t *t, const uint32_t *perm, drt_step_stats_t *st)
 {
-    int world = drt_size(t->c), B = t->o.batch;
+    int world = drt_size(t->c), B = t->B, rc;
     drt_error_t e;
     double loss;
 
     data_batch(t->data, perm, t->s.offset, world, drt_rank(t->c), B, t->x, t->y);
-    if (drt_buckets_begin(t->buckets, &e) < 0)
-        fatal("gradient buckets", &e);
+    if ((rc = drt_buckets_begin(t->buckets, &e)) < 0)
+        return lost_or_fatal(t, rc, "gradient buckets", &e);
     slow_down(t);
+    maybe_die(t);
+    t->step_lost = 0;
     loss = model_step(t->model, t->x, t->y, B, grad_ready, t);
     if (loss < 0) {
         fprintf(stderr, "ddp-train: out of memory for the batch's activations (use a smaller --batch-size)\n");
@@ -69,29 +136,36 @@ static void step(train_t *t, const uint32_t *perm, drt_step_stats_t *st)
                 "(lower --lr)\n", drt_rank(t->c), loss, t->s.step + 1);
         exit(1);
     }
-    if (drt_buckets_finish(t->buckets, st, &e) < 0)
-        fatal("gradient allreduce", &e);
+    if ((rc = drt_buckets_finish(t->buckets, st, &e)) < 0 || t->step_lost)
+        return t->step_lost ? 1 : lost_or_fatal(t, rc, "gradient allreduce", &e);
+    elastic_snapshot(t);
     model_sgd(t->model, t->lr, t->o.momentum);
-    t->s.offset += (uint64_t)world * (uint64_t)B;
     t->s.step++;
+    log_samples(t, perm, t->s.offset);
+    t->s.offset += t->G;
     t->s.loss_sum += loss;
     t->s.loss_count += (uint64_t)B;
     t->batch_loss = loss / B;
+    first_step_after(t);
+    return 0;
 }
 
-/* The epoch's mean loss over all ranks' samples: one small allreduce. */
-static void print_epoch(train_t *t)
+/* The epoch's mean loss over all ranks' samples: one small allreduce.
+ * 1 when a rank was lost (--elastic). */
+static int print_epoch(train_t *t)
 {
     double v[2] = {t->s.loss_sum, (double)t->s.loss_count};
     drt_error_t e;
+    int rc;
 
-    if (drt_allreduce(t->c, v, v, 2, DRT_FLOAT64, DRT_SUM, &e) < 0)
-        fatal("epoch loss", &e);
+    if ((rc = drt_allreduce(t->c, v, v, 2, DRT_FLOAT64, DRT_SUM, &e)) < 0)
+        return lost_or_fatal(t, rc, "epoch loss", &e);
     if (drt_rank(t->c) == 0)
         printf("Epoch %" PRIu64 ", Loss: %.6f\n", t->s.epoch, v[1] > 0 ? v[0] / v[1] : 0.0);
     fflush(stdout);
     t->s.loss_sum = 0;
     t->s.loss_count = 0;
+    return 0;
 }
 
 /* After a step: telemetry, the weights' dump, a checkpoint when due.
@@ -115,24 +189,53 @@ static int after_step(train_t *t, const drt_step_stats_t *st)
     return 0;
 }
 
+/* --sample-log FILE: this rank's FILE.RANK */
+static void open_sample_log(train_t *t)
+{
+    char path[4096], err[300];
+
+    if (!t->o.sample_log)
+        return;
+    snprintf(path, sizeof(path), "%s.%d", t->o.sample_log, drt_rank(t->c));
+    if (!(t->samples = train_output_open(path, 0, err, sizeof(err)))) {
+        fprintf(stderr, "ddp-train: --sample-log %s: %s\n", path, err);
+        exit(1);
+    }
+}
+
+/* The epoch's steps, then its loss line. A recovery may step back over
+ * the epoch's last step (elastic.c), so a failed loss line goes round the
+ * same epoch again. */
 static int run(train_t *t)
 {
-    int world = drt_size(t->c);
-    uint64_t G = (uint64_t)world * (uint64_t)t->o.batch;
     drt_step_stats_t st;
+    int rc;
 
+    elastic_start(t);
+    open_sample_log(t);
     watch_preemption();
-    for (; t->s.epoch < (uint64_t)t->o.epochs; t->s.epoch++, t->s.offset = 0) {
+    while (t->s.epoch < (uint64_t)t->o.epochs) {
         data_permutation(t->perm, t->o.samples, t->o.seed, t->s.epoch);
-        while (t->s.offset + G <= t->o.samples) {
+        while (t->s.offset + t->G <= t->o.samples) {
             /* before the step: a rerun of a finished --max-steps run does none */
             if (t->o.max_steps && t->s.step >= t->o.max_steps)
                 return 0;
-            step(t, t->perm, &st);
+            if (step(t, t->perm, &st)) {
+                if ((rc = elastic_recover(t, elastic_clock())) != 0)
+                    return rc;
+                t->recovering = 1;
+                continue;
+            }
             if (after_step(t, &st))
                 return preempted(t);
         }
-        print_epoch(t);
+        if (print_epoch(t)) {
+            if ((rc = elastic_recover(t, elastic_clock())) != 0)
+                return rc;
+            continue;
+        }
+        t->s.epoch++;
+        t->s.offset = 0;
     }
     return 0;
 }
@@ -149,5 +252,8 @@ int main(int argc, char **argv)
     setup(&t);
     rc = run(&t);
     rc = finish(&t, rc);
+    elastic_free(&t);
+    if (t.samples)
+        fclose(t.samples);
     return rc;
 }

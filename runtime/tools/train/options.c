@@ -46,6 +46,17 @@ static const char usage[] =
     "  --resume                fail unless a checkpoint exists to resume from\n"
     "  --fresh                 start over (refused if DIR has a valid checkpoint)\n"
     "  --sync-checkpoint       write in the step (to compare with the background write)\n"
+    "elastic training (a launcher that keeps the survivors: srun -k, ddp-run -k)\n"
+    "  --elastic               when ranks are lost, go on with the survivors: the step under way\n"
+    "                          is redone, the global batch and learning rate stay, each\n"
+    "                          survivor's batch grows; prints \"recovered: world N -> M ...\"\n"
+    "  --min-ranks N           fewer survivors than N: save a checkpoint and exit 75 (default 1)\n"
+    "  Without --elastic a lost rank ends the run (1). Either way the lost nodes' names are\n"
+    "  appended to DIR/lost-nodes, for a requeue that excludes them.\n"
+    "  --kill-rank R | --kill-node N, with --kill-step S   that rank (or every rank of that\n"
+    "                          node) SIGKILLs itself at the start of step S (fault injection)\n"
+    "  --sample-log FILE       each rank appends \"epoch step world sample\" lines for the\n"
+    "                          steps it completes to FILE.RANK (to check every sample is used once)\n"
     "  On SIGUSR1 or SIGTERM every rank stops after the same step, rank 0 saves, and all\n"
     "  exit 75; the same command then resumes. SIGTERM before the first step, or a\n"
     "  second one, ends the process (status 143).\n"
@@ -65,7 +76,8 @@ enum {
     O_MODEL = 256, O_HIDDEN, O_LAYERS, O_SAMPLES, O_SEED, O_EPOCHS, O_BATCH, O_LR, O_NOSCALE,
     O_MOMENTUM, O_MAXSTEPS, O_ALGO, O_BUCKET, O_FIRST, O_NOOVERLAP, O_CKDIR, O_CKEVERY, O_CKLOCAL,
     O_KEEP, O_RESUME, O_FRESH, O_SYNC, O_LOGEVERY, O_METRICS, O_STRAGGLER, O_SLOWRANK, O_SLOWMS,
-    O_DUMP, O_PLOT, O_COMPARE, O_RTOL, O_HELP, O_VERSION
+    O_DUMP, O_PLOT, O_COMPARE, O_RTOL, O_HELP, O_VERSION, O_ELASTIC, O_MINRANKS, O_KILLRANK,
+    O_KILLNODE, O_KILLSTEP, O_SAMPLELOG
 };
 
 static const struct option longopts[] = {
@@ -81,6 +93,9 @@ static const struct option longopts[] = {
     {"metrics", 1, 0, O_METRICS}, {"straggler-ms", 1, 0, O_STRAGGLER},
     {"slow-rank", 1, 0, O_SLOWRANK}, {"slow-ms", 1, 0, O_SLOWMS}, {"dump-weights", 1, 0, O_DUMP},
     {"plot", 1, 0, O_PLOT}, {"compare", 1, 0, O_COMPARE}, {"rtol", 1, 0, O_RTOL},
+    {"elastic", 0, 0, O_ELASTIC}, {"min-ranks", 1, 0, O_MINRANKS},
+    {"kill-rank", 1, 0, O_KILLRANK}, {"kill-node", 1, 0, O_KILLNODE},
+    {"kill-step", 1, 0, O_KILLSTEP}, {"sample-log", 1, 0, O_SAMPLELOG},
     {"help", 0, 0, O_HELP}, {"version", 0, 0, O_VERSION}, {0, 0, 0, 0}};
 
 static int bad(const char *opt, const char *val, const char *want)
@@ -137,7 +152,7 @@ static void defaults(opts_t *o)
     *o = (opts_t){.model = "linear", .hidden = 1024, .layers = 2, .samples = 4096, .epochs = 5,
                   .batch = 32, .lr = 0.01, .momentum = 0.9, .lr_scale = 1, .bucket_mb = 25,
                   .first_bucket_mb = 1, .keep = 3, .log_every = 10, .slow_rank = -1,
-                  .straggler_ms = 10};
+                  .straggler_ms = 10, .min_ranks = 1, .kill_rank = -1, .kill_node = -1};
 }
 
 static int one(opts_t *o, int c, const char *a)
@@ -187,6 +202,12 @@ static int one(opts_t *o, int c, const char *a)
         o->slow_ms = (long)v;
         return 0;
     case O_DUMP: o->dump = a; return 0;
+    case O_ELASTIC: o->elastic = 1; return 0;
+    case O_MINRANKS: return num_int("min-ranks", a, 1, 1 << 30, &o->min_ranks);
+    case O_KILLRANK: return num_int("kill-rank", a, 0, 1 << 30, &o->kill_rank);
+    case O_KILLNODE: return num_int("kill-node", a, 0, 1 << 30, &o->kill_node);
+    case O_KILLSTEP: return num_u64("kill-step", a, 1, UINT64_MAX, &o->kill_step);
+    case O_SAMPLELOG: o->sample_log = a; return 0;
     }
     fputs(usage, stderr);
     return 2;
@@ -198,6 +219,10 @@ static int check(const opts_t *o)
         return bad("checkpoint-local", o->ckpt_local, "needs --checkpoint-dir (the shared level)");
     if ((o->resume || o->ckpt_every) && !o->ckpt_dir) {
         fprintf(stderr, "ddp-train: --resume and --checkpoint-every need --checkpoint-dir\n");
+        return 2;
+    }
+    if (!o->kill_step != (o->kill_rank < 0 && o->kill_node < 0)) {
+        fprintf(stderr, "ddp-train: --kill-step goes with --kill-rank or --kill-node\n");
         return 2;
     }
     if (o->resume && o->fresh) {

@@ -39,6 +39,10 @@ typedef struct {
     int slow_rank;
     long slow_ms;
     double straggler_ms;    /* a lag below this names no straggler */
+    int elastic, min_ranks; /* --elastic: shrink on a lost rank, unless below min_ranks */
+    int kill_rank, kill_node; /* fault injection: -1, or who SIGKILLs itself ... */
+    uint64_t kill_step;     /* ... at the start of this step */
+    const char *sample_log; /* FILE.RANK: each completed step's samples (tests) */
 } opts_t;
 
 /* What a checkpoint holds besides the weights and momentum. */
@@ -83,6 +87,14 @@ typedef struct {
     double batch_loss;      /* this rank's mean loss in the last step */
     FILE *metrics, *dump;
     window_t w;
+    uint64_t G;             /* samples a step, all ranks: the start's world x --batch-size */
+    int B;                  /* this rank's part of them */
+    float gscale;           /* weight of this rank's mean gradient: B x world / G */
+    int step_lost;          /* a rank was lost in this step's allreduce (--elastic) */
+    int rank0, node0;       /* this rank's rank and node at the start (--kill-*) */
+    int recovering;         /* recovered; no step completed since */
+    struct elastic *el;     /* elastic.c */
+    FILE *samples;          /* --sample-log */
 } train_t;
 
 /* options.c: -1 to train; else the exit status (--help, a bad option, or
@@ -101,6 +113,18 @@ void resume(train_t *t);
 void checkpoint_now(train_t *t, int wait);
 int preempted(train_t *t);
 void checkpoint_close(train_t *t);
+
+/* elastic.c: --elastic. start after setup; snapshot before each update;
+ * recover after a step failed with DRT_ELOST: 0 to go on, else the exit
+ * status (75 below --min-ranks, a checkpoint saved) */
+void elastic_start(train_t *t);
+void elastic_snapshot(train_t *t);
+int elastic_recover(train_t *t, double t_fail);
+/* DIR/lost-nodes: names, or what this rank knows is lost (a run that stops) */
+void elastic_note_lost(train_t *t, const char *const *names, int n);
+void elastic_note_known(train_t *t);
+double elastic_clock(void);
+void elastic_free(train_t *t);
 
 /* telemetry.c */
 void telemetry_open(train_t *t);

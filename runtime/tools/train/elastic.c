@@ -1,0 +1,239 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/* ddp-train --elastic: keep training on the survivors of a lost rank.
+ *
+ * A step during which a rank died is abandoned on every survivor: its
+ * allreduce fails (DRT_ELOST) before the update, so no survivor applies a
+ * half-reduced gradient. A survivor whose allreduce had already completed
+ * may have applied that step (the dead rank sent its last bytes, then
+ * died), but never the next: a step's allreduce completes only once every
+ * rank entered it. So survivors differ by at most one step, and the copy
+ * of the weights and momentum each keeps from before its last update
+ * (elastic_snapshot) lets the ones ahead step back. Then the rest of the
+ * epoch is re-sharded over the survivors: the global batch stays
+ * G = ranks x --batch-size of the run's start, rank r of M takes the
+ * step's samples r, r+M, ... (G/M of them, one more for the first G%M
+ * ranks), and its gradient, the mean over its own batch, is weighted by
+ * B_r x M / G before the average, so the update is the mean over the G
+ * samples as before. The learning rate stays. */
+#include "train.h"
+#include "files.h"
+
+#include <inttypes.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* The state before this rank's last update. */
+struct elastic {
+    float **w, **m;
+    progress_t s;
+    int started; /* momentum buffers existed */
+    int valid;
+};
+
+double elastic_clock(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void die(const char *what, const char *why)
+{
+    fprintf(stderr, "ddp-train: %s: %s\n", what, why);
+    exit(1);
+}
+
+void elastic_start(train_t *t)
+{
+    t->G = (uint64_t)drt_size(t->c) * (uint64_t)t->o.batch;
+    t->B = t->o.batch;
+    t->gscale = 1.0f;
+    t->rank0 = drt_rank(t->c);
+    t->node0 = drt_node_rank(t->c);
+    if (!t->o.elastic)
+        return;
+    if (!(t->el = calloc(1, sizeof(*t->el))) || !(t->el->w = calloc((size_t)t->np, sizeof(float *))) ||
+        !(t->el->m = calloc((size_t)t->np, sizeof(float *))))
+        die("--elastic", "out of memory");
+    for (int i = 0; i < t->np; i++)
+        if (!(t->el->w[i] = malloc(t->p[i].n * sizeof(float))) ||
+            !(t->el->m[i] = malloc(t->p[i].n * sizeof(float))))
+            die("--elastic", "out of memory for the copy of the weights (the model is too big)");
+}
+
+void elastic_snapshot(train_t *t)
+{
+    struct elastic *el = t->el;
+
+    if (!el)
+        return;
+    for (int i = 0; i < t->np; i++) {
+        memcpy(el->w[i], t->p[i].w, t->p[i].n * sizeof(float));
+        memcpy(el->m[i], t->p[i].m, t->p[i].n * sizeof(float));
+    }
+    el->s = t->s;
+    el->started = model_momentum_started(t->model);
+    el->valid = 1;
+}
+
+static void step_back(train_t *t)
+{
+    struct elastic *el = t->el;
+
+    for (int i = 0; i < t->np; i++) {
+        memcpy(t->p[i].w, el->w[i], t->p[i].n * sizeof(float));
+        memcpy(t->p[i].m, el->m[i], t->p[i].n * sizeof(float));
+    }
+    t->s = el->s;
+    model_set_momentum_started(t->model, el->started != 0);
+    el->valid = 0;
+}
+
+/* Every survivor at the same step: the ones a step ahead go back. */
+static void align_steps(train_t *t)
+{
+    double v[2] = {(double)t->s.step, -(double)t->s.step};
+    drt_error_t e;
+
+    if (drt_allreduce(t->c, v, v, 2, DRT_FLOAT64, DRT_MAX, &e) < 0)
+        die("--elastic: after the recovery", e.text);
+    if ((uint64_t)v[0] == t->s.step && (uint64_t)-v[1] == t->s.step)
+        return; /* all equal */
+    if (v[0] + v[1] > 1 || !t->el->valid) {
+        fprintf(stderr, "ddp-train: --elastic: the survivors are at steps %.0f to %.0f: cannot "
+                "line them up (a bug: please report it)\n", -v[1], v[0]);
+        exit(1);
+    }
+    if (t->s.step == (uint64_t)v[0])
+        step_back(t);
+}
+
+/* This rank's share of the step's G samples among M ranks. */
+static void reshard(train_t *t)
+{
+    int M = drt_size(t->c), r = drt_rank(t->c);
+    int B = (int)(t->G / (uint64_t)M) + (r < (int)(t->G % (uint64_t)M));
+
+    free(t->x);
+    free(t->y);
+    t->x = calloc((size_t)B * DATA_FEATURES, sizeof(float));
+    t->y = calloc((size_t)B, sizeof(int));
+    if (!t->x || !t->y)
+        die("--elastic", "out of memory for the larger per-rank batch");
+    t->B = B;
+    t->gscale = (float)((double)B * M / (double)t->G);
+}
+
+/* Lost nodes, one name a line, in DIR/lost-nodes: what a requeue excludes
+ * (sbatch/ddp-topo-requeue). Appended, by whichever survivor writes. */
+void elastic_note_lost(train_t *t, const char *const *names, int n)
+{
+    char path[4096], err[300];
+    FILE *f;
+
+    if (!t->o.ckpt_dir || n <= 0)
+        return;
+    snprintf(path, sizeof(path), "%s/lost-nodes", t->o.ckpt_dir);
+    if (!(f = train_output_open(path, 1, err, sizeof(err)))) {
+        fprintf(stderr, "ddp-train: %s: %s\n", path, err);
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        if (names[i] && (i == 0 || strcmp(names[i], names[i - 1])))
+            fprintf(f, "%s\n", names[i]);
+    if (fclose(f) != 0)
+        fprintf(stderr, "ddp-train: %s: cannot write\n", path);
+}
+
+/* What this rank knows is gone, before any agreement (a run that stops). */
+void elastic_note_known(train_t *t)
+{
+    const char *names[64];
+    int n = 0;
+
+    for (int i = 0; i < drt_lost_count(t->c) && n < 64; i++)
+        names[n++] = drt_node_name(t->c, drt_lost_rank(t->c, i));
+    elastic_note_lost(t, names, n);
+}
+
+/* "lost rank 2 on node n2", "lost ranks 2,3 on node n2", "...; rank 5 on node n3" */
+static void describe(const drt_shrink_info_t *in, char *buf, size_t len)
+{
+    size_t o = 0;
+
+    buf[0] = 0;
+    for (int i = 0; i < in->nlost && o + 80 < len; i++) {
+        int same = i > 0 && !strcmp(in->lost_nodes[i], in->lost_nodes[i - 1]);
+        int more = i + 1 < in->nlost && !strcmp(in->lost_nodes[i], in->lost_nodes[i + 1]);
+        if (same)
+            o += (size_t)snprintf(buf + o, len - o, ",%d", in->lost_ranks[i]);
+        else
+            o += (size_t)snprintf(buf + o, len - o, "%s%s %d", i ? "; " : "lost ",
+                                  more ? "ranks" : "rank", in->lost_ranks[i]);
+        if (!more)
+            o += (size_t)snprintf(buf + o, len - o, " on node %s", in->lost_nodes[i]);
+    }
+}
+
+/* The new rank 0 saves checkpoints from now on. */
+static void own_checkpoints(train_t *t)
+{
+    drt_error_t e;
+
+    if (drt_rank(t->c) != 0 || !t->o.ckpt_dir || t->ckpt)
+        return;
+    if (drt_ckpt_open(t->o.ckpt_dir, t->o.ckpt_local, t->o.keep, &t->ckpt, &e) < 0)
+        die("--elastic: --checkpoint-dir", e.text);
+}
+
+int elastic_recover(train_t *t, double t_fail)
+{
+    drt_shrink_info_t in;
+    drt_error_t e;
+    char what[512];
+    int old = drt_size(t->c);
+
+    if (drt_shrink(t->c, &in, &e) < 0) {
+        elastic_note_known(t);
+        die("--elastic: the survivors could not re-form", e.text);
+    }
+    describe(&in, what, sizeof(what));
+    if (drt_rank(t->c) == 0)
+        elastic_note_lost(t, in.lost_nodes, in.nlost);
+    align_steps(t);
+    own_checkpoints(t);
+    if (in.new_size < t->o.min_ranks) {
+        if (drt_rank(t->c) == 0)
+            fprintf(stderr, "ddp-train: world %d -> %d (%s): below --min-ranks %d: saving a "
+                    "checkpoint and stopping for a requeue\n", old, in.new_size, what,
+                    t->o.min_ranks);
+        checkpoint_now(t, 1);
+        return TRAIN_EXIT_PREEMPTED;
+    }
+    reshard(t);
+    if (drt_rank(t->c) == 0) {
+        printf("recovered: world %d -> %d (%s) in %.3f s\n", old, in.new_size, what,
+               elastic_clock() - t_fail);
+        fflush(stdout);
+    }
+    return 0;
+}
+
+void elastic_free(train_t *t)
+{
+    struct elastic *el = t->el;
+
+    if (!el)
+        return;
+    for (int i = 0; i < t->np; i++) {
+        free(el->w[i]);
+        free(el->m[i]);
+    }
+    free(el->w);
+    free(el->m);
+    free(el);
+    t->el = NULL;
+}
