@@ -92,6 +92,24 @@ static void align_steps(train_t *t)
     share_state(t, (int)-v[2]);
 }
 
+/* The epoch's loss so far, into rank 0 as a checkpoint's fold does: the
+ * lost ranks' running sums went with them, so the survivors' mean stands
+ * for the samples they took (a checkpoint counts the loss of every sample
+ * of the epoch used). */
+static void fold_survivors_loss(train_t *t)
+{
+    double v[2] = {t->s.loss_sum, (double)t->s.loss_count};
+    drt_error_t e;
+
+    if (drt_allreduce(t->c, v, v, 2, DRT_FLOAT64, DRT_SUM, &e) < 0)
+        die("--elastic: after the recovery", e.text);
+    t->s.loss_sum = t->s.loss_count = 0;
+    if (drt_rank(t->c) == 0 && t->s.offset) {
+        t->s.loss_count = t->s.offset;
+        t->s.loss_sum = v[1] > 0 ? v[0] * (double)t->s.offset / v[1] : 0;
+    }
+}
+
 /* This rank's share of the step's G samples among M ranks. */
 static void reshard(train_t *t)
 {
@@ -185,6 +203,7 @@ int elastic_recover(train_t *t, double t_fail)
     if (drt_rank(t->c) == 0)
         elastic_note_lost(t, in.lost_nodes, in.nlost);
     align_steps(t);
+    fold_survivors_loss(t);
     own_checkpoints(t);
     if (in.new_size < t->o.min_ranks) {
         if (drt_rank(t->c) == 0)
