@@ -56,18 +56,19 @@ static int same_everywhere(drt_comm_t *c, const void *buf, size_t len, drt_error
 {
     const unsigned char *p = buf;
     uint64_t h = 1469598103934665603ull;
-    double v[4];
+    double hi, lo, v[4];
 
     for (size_t i = 0; i < len; i++)
         h = (h ^ p[i]) * 1099511628211ull;
-    v[0] = (double)(h >> 32);
-    v[1] = (double)(h & 0xffffffffu);
-    v[2] = -v[0];
-    v[3] = -v[1];
+    hi = (double)(h >> 32); /* halves: a double holds 32 bits exactly */
+    lo = (double)(h & 0xffffffffu);
+    v[0] = hi;
+    v[1] = lo;
+    v[2] = -hi;
+    v[3] = -lo;
     if (cpu_agree_max(c, v, 4, err) < 0)
         return -1;
-    if (v[0] != (double)(h >> 32) || v[1] != (double)(h & 0xffffffffu) || v[2] != -v[0] ||
-        v[3] != -v[1])
+    if (v[0] != hi || v[1] != lo || v[2] != -hi || v[3] != -lo)
         return rt_fail(err, "auto state: the ranks were given different decisions (pass every rank "
                        "the same bytes, e.g. broadcast from one rank)");
     return 0;
@@ -102,7 +103,7 @@ static int parse_class(const char *line, auto_class_t *classes, int *last, drt_e
 /* 1: another layout's (nothing parsed further) */
 static int parse(const drt_comm_t *c, char *text, auto_class_t *classes, drt_error_t *err)
 {
-    char mine[96], *line = text, *end = strchr(text, '\n');
+    char mine[96], *line, *end = strchr(text, '\n');
     int last = -1, version = 0;
 
     header(c, mine, sizeof(mine));
