@@ -86,6 +86,7 @@ struct drt_comm {
     double timeout;           /* seconds */
     uint64_t seq;             /* collectives issued, for error messages */
     drt_algo_t algo;
+    int auto_pinned;          /* drt_auto_pin: auto keeps its decisions (no re-checks) */
     int verbose;
     unsigned char secret[DRT_SECRET_LEN];
     unsigned char *bounce;    /* TCP receive-and-reduce staging */
