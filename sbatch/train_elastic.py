@@ -48,15 +48,16 @@ def parse_args():
     before the runtime starts, so a bad one stops every rank at once)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     p.add_argument("--steps", type=int, default=60)
-    p.add_argument("--global-batch", type=int, default=96, help="samples per step, all ranks together")
+    p.add_argument("--global-batch", type=int, default=96,
+                   help="samples per step, all ranks together")
     p.add_argument("--lr", type=float, default=0.2)
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--samples", type=int, default=2048, help="size of the synthetic data set")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-every", type=int, default=10, help="rank 0 prints the loss every N steps")
     p.add_argument("--die-ranks", default="",
-                   help="to try it: these ranks (comma-separated) SIGKILL themselves at --die-step, "
-                        "as a node failure would kill them")
+                   help="to try it: these ranks (comma-separated) SIGKILL themselves at "
+                        "--die-step, as a node failure would kill them")
     p.add_argument("--die-step", type=int, default=0)
     args = p.parse_args()
     world = ddp_topo.plan().world_size  # NotLaunchedError outside srun --ddp-topo or ddp-run
