@@ -130,18 +130,22 @@ def train_step(rt, model, data, step, args):
     return flat[-1].item()
 
 
+def who(ranks, nodes):
+    """"rank 2 on node1", "ranks 2,3 on node1" """
+    return "rank%s %s on %s" % ("s" if len(ranks) > 1 else "", ",".join(map(str, ranks)),
+                                ",".join(sorted(set(map(str, nodes)))))
+
+
 def recover(rt, model, step, lost):
     """After RankLost: shrink, then agree on the parameters and the step;
     again if another rank goes meanwhile. Returns the step to go on from."""
     while True:
-        say("rank %d: lost rank%s %s (node %s) at step %d: shrinking"
-            % (rt.rank, "s" if len(lost.ranks) > 1 else "", ",".join(map(str, lost.ranks)),
-               ",".join(sorted(set(map(str, lost.nodes)))), step))
+        say("rank %d: lost %s at step %d: shrinking" % (rt.rank, who(lost.ranks, lost.nodes), step))
         old = rt.rank
         info = rt.shrink()
-        say("rank %d (was %d): world %d -> %d ranks, %d -> %d nodes, in %.3f s"
+        say("rank %d (was %d): world %d -> %d ranks, %d -> %d nodes, in %.3f s (lost %s)"
             % (rt.rank, old, info.old_size, info.new_size, info.old_nodes, info.new_nodes,
-               info.seconds))
+               info.seconds, who(info.lost_ranks, info.lost_nodes)))
         try:
             return agree(rt, model, step)
         except ddp_topo.RankLost as again:
