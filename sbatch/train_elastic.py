@@ -14,9 +14,9 @@ rank of the old world, and torch's TCPStore lives in rank 0, which may be
 the one lost. DistributedDataParallel goes through its group in its
 constructor (parameter shapes, the broadcast of the weights), when it
 rebuilds its buckets after the first step, before each forward of a model
-with buffers (broadcast_buffers), every step with
-find_unused_parameters, and DistributedSampler and destroy_process_group
-know only the old world, even with a ddp_topo hook. So this script
+with buffers (broadcast_buffers) and every step with
+find_unused_parameters, even with a ddp_topo hook; DistributedSampler and
+destroy_process_group know only the old world. So this script
 reduces the gradients itself, one ddp_topo allreduce per step of a flat
 vector, and the shrunken world keeps working.
 
@@ -24,9 +24,10 @@ What makes the run after a loss the run it would have been (up to
 rounding): each step's global batch is drawn from the step's number alone,
 each rank takes every size-th sample of it and sums its loss divided by the
 global batch, so the summed gradient is the whole batch's mean gradient at
-any world size. A step whose allreduce failed is not applied anywhere and
-is done again; after each shrink the new rank 0's parameters and step are
-everyone's.
+any world size. A rank whose allreduce failed changes nothing; the lost
+rank may have been seen after some survivors finished that step, so after
+each shrink the new rank 0's parameters and step are everyone's, and all go
+on from one state.
 """
 import argparse
 import ctypes
@@ -112,7 +113,7 @@ def agree(rt, model, step):
 def train_step(rt, model, data, step, args):
     """One step: the global batch's mean gradient, summed over the ranks,
     then SGD. Returns the global batch's mean loss. The update comes only
-    after the allreduce succeeded: a failed step changed nothing."""
+    after the allreduce succeeded: a failed step changes nothing here."""
     x, y = data
     g = torch.Generator().manual_seed(args.seed * 1000003 + step)
     mine = torch.randperm(len(x), generator=g)[:args.global_batch][rt.rank::rt.size]
