@@ -135,6 +135,18 @@ run_batch() {
     return "${PIPESTATUS[0]}"
 }
 
+# node_pids NODE: every process of an emulated node (its slurmd, slurmstepd
+# and tasks): its slurmd's UTS namespace, never ours. SIGKILL them all for a
+# node that dies.
+node_pids() {
+    local ns p
+    ns=$(readlink "/proc/$(cat "$CLUSTER_DIR/run/slurmd-$1.pid")/ns/uts") || return 1
+    [ -n "$ns" ] && [ "$ns" != "$(readlink /proc/self/ns/uts)" ] || return 1
+    for p in /proc/[0-9]*; do
+        [ "$(readlink "$p/ns/uts" 2>/dev/null)" = "$ns" ] && echo "${p#/proc/}"
+    done
+}
+
 job_state() { # job_state ID: PENDING, RUNNING, COMPLETED, ... or nothing once purged
     scontrol show job -o "$1" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p'
 }
