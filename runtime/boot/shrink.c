@@ -380,13 +380,10 @@ static int renumber(drt_comm_t *c, const uint32_t *m, int n)
     }
     for (int r = n; r < c->size; r++)
         c->chan[r] = (chan_t){.peer = -1, .fd = -1};
+    /* c->env stays as the launcher set it: the task's GPU (LOCAL_RANK's
+     * device, gpudev.c) and binding do not move */
     c->rank = me;
     c->size = n;
-    c->env.rank = (uint32_t)me;
-    c->env.world_size = (uint32_t)n;
-    c->env.node_rank = (uint32_t)c->node_of[me];
-    c->env.node_count = (uint32_t)count;
-    c->env.local_rank = (uint32_t)local[me];
     free(new_node);
     free(local);
     return 0;
@@ -401,7 +398,6 @@ static int rebuild(drt_comm_t *c, const uint32_t *m, int n, drt_error_t *err)
     memset(c->lost, 0, (size_t)c->size);
     c->nlost = 0;
     boot_groups(c);
-    c->env.local_world_size = (uint32_t)c->node.n;
     if (shm_attach(c, err) < 0 || boot_connect(c, err) < 0)
         return -1;
     return cpu_set_init(c) < 0 ? rt_fail(err, "shrink: out of memory") : 0;

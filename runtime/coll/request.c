@@ -91,7 +91,7 @@ int drt_iallreduce(drt_comm_t *c, const void *send, void *recv, size_t count, dr
 int drt_test(drt_request_t *r, int *done, drt_error_t *err)
 {
     if (r->gpu)
-        return gpu_req_test(r->gpu, done, err);
+        return rt_status(r->comm, gpu_req_test(r->gpu, done, err));
     pthread_mutex_lock(&r->comm->lock);
     *done = r->done;
     pthread_mutex_unlock(&r->comm->lock);
@@ -108,7 +108,7 @@ int drt_wait(drt_request_t *r, drt_error_t *err)
         drt_comm_t *c = r->comm;
         return rt_status(c, request_wait_timed(r, NULL, err));
     }
-    rc = gpu_req_wait(r->gpu, err);
+    rc = rt_status(r->comm, gpu_req_wait(r->gpu, err));
     free(r);
     return rc;
 }

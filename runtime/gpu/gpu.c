@@ -256,8 +256,8 @@ static int run(struct gpu *g, const coll_args_t *x, drt_error_t *err)
     return algo_run(&g->set, algo, x, err);
 }
 
-int drt_gpu_allreduce(drt_comm_t *c, const void *send, void *recv, size_t count, drt_dtype_t t,
-                      drt_op_t op, void *stream, drt_error_t *err)
+static int gpu_allreduce(drt_comm_t *c, const void *send, void *recv, size_t count, drt_dtype_t t,
+                         drt_op_t op, void *stream, drt_error_t *err)
 {
     coll_args_t x = {recv, send == recv ? NULL : send, count, drt_dtype_size(t), t, op, c->size};
     struct gpu *g;
@@ -277,6 +277,12 @@ int drt_gpu_allreduce(drt_comm_t *c, const void *send, void *recv, size_t count,
     return gpu_track(g, stream, err);
 }
 
+int drt_gpu_allreduce(drt_comm_t *c, const void *send, void *recv, size_t count, drt_dtype_t t,
+                      drt_op_t op, void *stream, drt_error_t *err)
+{
+    return rt_status(c, gpu_allreduce(c, send, recv, count, t, op, stream, err));
+}
+
 int drt_gpu_iallreduce(drt_comm_t *c, const void *send, void *recv, size_t count,
                        drt_dtype_t t, drt_op_t op, void *stream, drt_request_t **req,
                        drt_error_t *err)
@@ -284,9 +290,9 @@ int drt_gpu_iallreduce(drt_comm_t *c, const void *send, void *recv, size_t count
     struct gpu_req *q;
 
     *req = NULL;
-    if (drt_gpu_allreduce(c, send, recv, count, t, op, stream, err) < 0 ||
+    if (gpu_allreduce(c, send, recv, count, t, op, stream, err) < 0 ||
         !(q = gpu_req_new(c->gpu, stream, err)))
-        return -1;
+        return rt_status(c, -1);
     if (!(*req = request_gpu(c, q))) {
         gpu_req_free(q);
         return rt_fail(err, "out of memory");
@@ -294,7 +300,7 @@ int drt_gpu_iallreduce(drt_comm_t *c, const void *send, void *recv, size_t count
     return 0;
 }
 
-int drt_gpu_sync(drt_comm_t *c, void *stream, drt_error_t *err)
+static int gpu_sync(drt_comm_t *c, void *stream, drt_error_t *err)
 {
     struct gpu *g = c->gpu;
 
@@ -306,6 +312,11 @@ int drt_gpu_sync(drt_comm_t *c, void *stream, drt_error_t *err)
     if (g->api->cudaEventRecord(g->fork, stream) != cudaSuccess)
         return rt_fail(err, "ddprt: drt_gpu_sync: cudaEventRecord failed");
     return gpu_wait_event(g, g->fork, "drt_gpu_sync", err);
+}
+
+int drt_gpu_sync(drt_comm_t *c, void *stream, drt_error_t *err)
+{
+    return rt_status(c, gpu_sync(c, stream, err));
 }
 
 /* ---- the end ---- */

@@ -396,6 +396,7 @@ static void watch_once(struct gpu *g)
                  notice.text);
     } else if (n > 0 && (dead = dead_peer(g->c)) >= 0) {
         /* tell every rank, as the CPU path does: theirs may only time out */
+        rt_mark_lost(g->c, dead);
         notice_send_kind(g->c, dead, NOTICE_DIED, seq);
         gpu_fail(g, NULL, "ddprt: rank %d (%s) died during GPU collective #%llu (seen by "
                  "rank %d)", dead, rt_where(g->c, dead, where, sizeof(where)),

@@ -3,7 +3,7 @@
  * the SPANK plugin sets (torchrun's variables, MASTER_ADDR/PORT and a fresh
  * DDPRT_SECRET), optionally as M emulated nodes so the hierarchical path
  * runs on one host. Forwards signals; when a rank fails, stops the others
- * and exits with that rank's status. */
+ * and exits with that rank's status, or with --no-kill lets them go on. */
 #define _GNU_SOURCE
 #include "config.h"
 #include "contract.h"
@@ -32,18 +32,22 @@
 #define MAX_GRACE 86400.0
 
 #define USAGE \
-    "Usage: ddp-run -n N [--nodes M] [--master-addr ADDR] [--grace S] PROGRAM [ARGS...]\n" \
+    "Usage: ddp-run -n N [--nodes M] [--master-addr ADDR] [--grace S | -k] PROGRAM [ARGS...]\n" \
     "       ddp-run --nproc-per-node P [--nnodes M] [--standalone] [--master-port PORT] ...\n" \
     "       ddp-run --help | --version\n" \
     "Run N ranks of PROGRAM here, as M emulated nodes (default 1; ranks are\n" \
     "spread block-wise), each with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,\n" \
     "GROUP_RANK/NODE_RANK, GROUP_WORLD_SIZE, ROLE_*, TORCHELASTIC_*, MASTER_ADDR,\n" \
-    "MASTER_PORT, DDPRT_PORT, DDPRT_SECRET and DDP_RUN_NODE set (and, with\n" \
-    "several nodes, NCCL_HOSTID unless set, so NCCL sees separate hosts). When a rank\n" \
-    "fails, the others get SIGTERM, then SIGKILL after --grace seconds (default\n" \
-    "5), and ddp-run exits with the failed rank's status. SIGINT, SIGTERM and\n" \
-    "SIGHUP are forwarded; when ddp-run itself dies (even by SIGKILL) the ranks\n" \
-    "get SIGKILL. Unless\n" \
+    "MASTER_PORT, DDPRT_PORT, DDPRT_SECRET, DDP_RUN_NODE=K and DDP_TOPO_NODENAME=nodeK\n" \
+    "set (and, with several nodes, NCCL_HOSTID unless set, so NCCL sees separate\n" \
+    "hosts). When a rank fails, the others get SIGTERM, then SIGKILL after --grace\n" \
+    "seconds (default 5), and ddp-run exits with the failed rank's status. With -k\n" \
+    "(--no-kill), as srun -k, the others go on and ddp-run waits for all: a rank\n" \
+    "killed by a signal ddp-run did not forward is lost (as by a node failure), any\n" \
+    "other non-zero end failed; it exits with the first failed rank's status, else 0\n" \
+    "when a rank exited 0, else the first lost rank's. SIGINT, SIGTERM and SIGHUP\n" \
+    "are forwarded; when ddp-run itself dies (even by SIGKILL) the ranks get\n" \
+    "SIGKILL. Unless\n" \
     "DDPRT_PORT is set, ddp-run listens on a free port of --master-addr\n" \
     "(default 127.0.0.1) for libddprt's rendezvous and hands rank 0 the listening\n" \
     "socket (DDPRT_LISTEN_FD), so no other process can take it; unless\n" \
@@ -58,7 +62,7 @@
     "torch.distributed.run, deepspeed, accelerate launch) draws a warning.\n"
 
 static pid_t *pids;
-static int nranks;
+static int nranks, nnodes;
 static volatile sig_atomic_t forwarded;
 
 static void forward(int sig)
@@ -168,6 +172,16 @@ static int first_rank(int n, int m, int k)
     return k * (n / m) + (k < n % m ? k : n % m);
 }
 
+/* The emulated node rank runs on (DDP_RUN_NODE) */
+static int node_of(int rank, int n, int m)
+{
+    int node = 0;
+
+    while (node + 1 < m && first_rank(n, m, node + 1) <= rank)
+        node++;
+    return node;
+}
+
 /* In a new rank: die with ddp-run, even when it is SIGKILLed and cannot
  * forward anything. The parent may already have died before prctl. */
 static void die_with_parent(pid_t parent)
@@ -205,14 +219,23 @@ static void host_id(int node)
     setenv("NCCL_HOSTID", id, 0);
 }
 
+/* DDP_TOPO_NODENAME, the node name libddprt reports (drt_node_name: a lost
+ * rank's node), as the plugin sets SLURM's: the emulated node's, "nodeK",
+ * even when ddp-run runs inside a SLURM step whose plugin set its own */
+static void node_name(int node)
+{
+    char name[32];
+
+    snprintf(name, sizeof(name), "node%d", node);
+    setenv("DDP_TOPO_NODENAME", name, 1);
+}
+
 static pid_t spawn(int rank, int n, int m, char **argv, int listen_fd, const char *run_id)
 {
-    int node = 0;
+    int node = node_of(rank, n, m);
     pid_t pid, parent = getpid();
     contract_rank_t r;
 
-    while (node + 1 < m && first_rank(n, m, node + 1) <= rank)
-        node++;
     if ((pid = fork()) != 0)
         return pid;
     die_with_parent(parent);
@@ -223,6 +246,7 @@ static pid_t spawn(int rank, int n, int m, char **argv, int listen_fd, const cha
     contract_rank_env(&r, set_one, NULL);
     contract_elastic_env(run_id, get_one, set_one, NULL);
     setenv_num("DDP_RUN_NODE", node);
+    node_name(node);
     if (m > 1) /* emulated nodes are hosts of their own to NCCL too */
         host_id(node);
     setenv(DRT_ENV_OMP_THREADS, "1", 0);
@@ -237,11 +261,63 @@ static int status_code(int st)
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
-/* Wait for every rank; the first failure stops the rest. */
-static int supervise(double grace)
+/* How a rank ended, as the messages say it */
+static void ended(int st, char *how, size_t len)
+{
+    if (WIFEXITED(st))
+        snprintf(how, len, "exited with status %d", WEXITSTATUS(st));
+    else
+        snprintf(how, len, "was killed by signal %d", WTERMSIG(st));
+}
+
+/* The end of a rank under --no-kill: said once, and counted. A rank killed
+ * by a signal ddp-run did not forward is lost (what a node failure looks
+ * like from here); any other non-zero end is a failure. */
+typedef struct {
+    int failed_status, lost_status; /* the first of each, 0: none yet */
+    int ok, failed, lost;
+} no_kill_t;
+
+static void no_kill_end(no_kill_t *k, int r, int st, int left)
+{
+    char how[64];
+    int code = status_code(st), lost = WIFSIGNALED(st) && !forwarded;
+
+    if (code == 0) {
+        k->ok++;
+        return;
+    }
+    ended(st, how, sizeof(how));
+    fprintf(stderr, "ddp-run: rank %d (node %d) %s%s\n", r, node_of(r, nranks, nnodes), how,
+            left > 0 ? "; --no-kill: the others go on" : "");
+    if (lost) {
+        k->lost++;
+        k->lost_status = k->lost_status ? k->lost_status : code;
+    } else {
+        k->failed++;
+        k->failed_status = k->failed_status ? k->failed_status : code;
+    }
+}
+
+/* --no-kill's exit status: the first failure's, else 0 when a rank was
+ * left, else (every rank lost) the first lost rank's */
+static int no_kill_status(const no_kill_t *k)
+{
+    int result = k->failed_status ? k->failed_status : k->ok ? 0 : k->lost_status;
+
+    if (k->failed || k->lost)
+        fprintf(stderr, "ddp-run: --no-kill: %d of %d rank%s exited 0, %d lost (killed by a "
+                "signal), %d failed; exit status %d\n", k->ok, nranks, nranks == 1 ? "" : "s",
+                k->lost, k->failed, result);
+    return result;
+}
+
+/* Wait for every rank; the first failure stops the rest, unless no_kill. */
+static int supervise(double grace, int no_kill)
 {
     int left = nranks, result = 0, failed = -1;
     time_t stop_at = 0;
+    no_kill_t k = {0, 0, 0, 0, 0};
 
     while (left > 0) {
         int st;
@@ -263,25 +339,28 @@ static int supervise(double grace)
                 continue;
             pids[r] = 0;
             left--;
-            if (status_code(st) != 0 && failed < 0) {
+            if (no_kill) {
+                no_kill_end(&k, r, st, left);
+            } else if (status_code(st) != 0 && failed < 0) {
+                char how[64];
                 failed = r;
                 result = status_code(st);
+                ended(st, how, sizeof(how));
                 if (left > 0)
-                    fprintf(stderr, "ddp-run: rank %d %s %d; stopping the other %d rank%s\n", r,
-                            WIFEXITED(st) ? "exited with status" : "was killed by signal",
-                            WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st), left,
-                            left == 1 ? "" : "s");
+                    fprintf(stderr, "ddp-run: rank %d %s; stopping the other %d rank%s\n", r, how,
+                            left, left == 1 ? "" : "s");
                 forward(SIGTERM);
                 stop_at = time(NULL) + (time_t)grace;
             }
         }
     }
-    return result;
+    return no_kill ? no_kill_status(&k) : result;
 }
 
 typedef struct {
     int n, m;
     double grace;
+    int no_kill;            /* -k: a failed rank does not stop the others */
     const char *addr;
     int per_node, nnodes;   /* torchrun's --nproc-per-node and --nnodes, 0: not given */
 } args_t;
@@ -350,13 +429,14 @@ static int parse_args(int argc, char **argv, args_t *a)
                                          {"nproc-per-node", 1, 0, 'P'},
                                          {"nproc_per_node", 1, 0, 'P'}, {"nnodes", 1, 0, 'M'},
                                          {"standalone", 0, 0, 'S'}, {"grace", 1, 0, 'g'},
+                                         {"no-kill", 0, 0, 'k'},
                                          {"help", 0, 0, 'h'}, {"version", 0, 0, 'V'},
                                          {0, 0, 0, 0}};
     int c, rc = 0, port;
 
-    *a = (args_t){0, 1, 5, "127.0.0.1", 0, 0};
+    *a = (args_t){0, 1, 5, 0, "127.0.0.1", 0, 0};
     opterr = 0; /* unknown_option says it, naming torchrun's where it is one */
-    while (rc == 0 && (c = getopt_long(argc, argv, "+n:N:h", opts, NULL)) != -1) {
+    while (rc == 0 && (c = getopt_long(argc, argv, "+n:N:hk", opts, NULL)) != -1) {
         switch (c) {
         case 'n': rc = parse_int("-n", optarg, 1, MAX_RANKS, &a->n); break;
         case 'N': rc = parse_int("--nodes", optarg, 1, MAX_RANKS, &a->m); break;
@@ -370,6 +450,7 @@ static int parse_args(int argc, char **argv, args_t *a)
             break;
         case 'S': break; /* ddp-run is always standalone */
         case 'g': rc = parse_seconds("--grace", optarg, &a->grace); break;
+        case 'k': a->no_kill = 1; break;
         case 'h': fputs(USAGE, stdout); return 1;
         case 'V': puts("ddp-run (ddp-topo) " PACKAGE_VERSION); return 1;
         default: return unknown_option(argv);
@@ -520,6 +601,7 @@ int main(int argc, char **argv)
     setenv(DRT_ENV_MASTER_ADDR, a.addr, 1);
     setenv(DRT_ENV_SECRET, secret, 1);
     nranks = a.n;
+    nnodes = a.m;
     if (!(pids = calloc((size_t)a.n, sizeof(pid_t))))
         return fail("out of memory", "use fewer ranks");
     sigaction(SIGINT, &sa, NULL);
@@ -533,5 +615,5 @@ int main(int argc, char **argv)
         if (r == 0 && listen_fd >= 0)
             close(listen_fd); /* rank 0 has it; the port stays bound */
     }
-    return supervise(a.grace);
+    return supervise(a.grace, a.no_kill);
 }

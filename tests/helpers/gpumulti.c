@@ -18,7 +18,11 @@
  *                  longest single drt_test call
  *   order          NCCL loaded and used before drt_gpu_attach (as PyTorch
  *                  does), then hier past the threshold: the stand-in's
- *                  count of overlapping kernels of two communicators */
+ *                  count of overlapping kernels of two communicators
+ *   shrink         20 steps of allreduce + drt_gpu_sync; the rank whose
+ *                  RANK is GPUMULTI_DIE SIGKILLs itself at step 3, the
+ *                  survivors get DRT_ELOST, drt_shrink and go on with new
+ *                  NCCL communicators: "world N -> M, S steps, W wrong" */
 #include "config.h"
 
 #include <cuda_runtime_api.h>
@@ -470,6 +474,67 @@ static int fault(drt_comm_t *c, int requests)
     return rc == 0; /* the failure is what this mode expects */
 }
 
+/* ---- a lost rank: shrink and go on ---- */
+
+/* one step: every rank adds its first RANK + 1; the sum over the members */
+static int shrink_step(drt_comm_t *c, cudaStream_t s, float *d, const int *orig, int *wrong,
+                       drt_error_t *err)
+{
+    float h[256], want = 0;
+    int rc;
+
+    for (int i = 0; i < drt_size(c); i++)
+        want += (float)(orig[i] + 1);
+    for (int i = 0; i < 256; i++)
+        h[i] = (float)(me + 1);
+    if (cu.memcpy(d, h, sizeof(h), cudaMemcpyHostToDevice))
+        return say("cudaMemcpy failed"), -1;
+    if ((rc = drt_gpu_allreduce(c, d, d, 256, DRT_FLOAT32, DRT_SUM, s, err)) < 0 ||
+        (rc = drt_gpu_sync(c, s, err)) < 0)
+        return rc;
+    if (cu.memcpy(h, d, sizeof(h), cudaMemcpyDeviceToHost))
+        return say("cudaMemcpy failed"), -1;
+    for (int i = 0; i < 256; i++)
+        *wrong += h[i] != want;
+    return 0;
+}
+
+static int shrink(drt_comm_t *c)
+{
+    const char *die = getenv("GPUMULTI_DIE");
+    int n0 = drt_size(c), orig[64], wrong = 0, steps = 0, rc = 0;
+    cudaStream_t s;
+    drt_error_t err;
+    float *d;
+
+    for (int i = 0; i < n0 && i < 64; i++)
+        orig[i] = i;
+    if (n0 > 64 || cu.stream_create(&s, cudaStreamNonBlocking) ||
+        cu.malloc((void **)&d, 256 * sizeof(float)))
+        return say("cannot set up device buffers"), 1;
+    while (steps < 20 && rc == 0) {
+        drt_shrink_info_t in;
+        if (steps == 3 && die && atoi(die) == me)
+            raise(SIGKILL);
+        if ((rc = shrink_step(c, s, d, orig, &wrong, &err)) == 0) {
+            steps++;
+            continue;
+        }
+        if (rc != DRT_ELOST || drt_shrink(c, &in, &err) < 0)
+            break;
+        for (int i = 0; i < in.new_size; i++)
+            orig[i] = orig[in.old_rank_of[i]];
+        rc = 0;
+    }
+    if (rc)
+        say("failed (rc %d): %s", rc, err.text);
+    else
+        say("world %d -> %d, %d steps, %d wrong", n0, drt_size(c), steps, wrong);
+    cu.free(d);
+    cu.stream_destroy(s);
+    return rc || wrong;
+}
+
 /* ---- NCCL loaded and used first, as PyTorch does ---- */
 
 static int order_preloaded(void)
@@ -537,8 +602,11 @@ int main(int argc, char **argv)
         rc = fault(c, !strcmp(mode, "faultreq"));
     else if (!strcmp(mode, "order"))
         rc = order(c);
+    else if (!strcmp(mode, "shrink"))
+        rc = shrink(c);
     else
-        rc = (say("unknown mode (sweep ALGO, buckets, context, warmup, fault, faultreq, order)"), 2);
+        rc = (say("unknown mode (sweep ALGO, buckets, context, warmup, fault, faultreq, order, "
+                  "shrink)"), 2);
     t0 = now();
     drt_finalize(c);
     say("finalize %.1f s", now() - t0);

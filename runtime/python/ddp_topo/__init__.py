@@ -11,13 +11,18 @@ Threads: any thread may use a Runtime; its calls run one at a time, and
 close() waits for the call in flight (Runtime's docstring; docs/runtime.md,
 "Threads"). A buffer's element type must be the dtype's (raw bytes fit any).
 
+Elastic: a call that fails because a rank is gone raises RankLost (a
+RuntimeFailure) naming the ranks and their nodes; under srun -k or ddp-run -k
+the survivors call rt.shrink() and go on (sbatch/train_elastic.py).
+
 PyTorch: ddp_topo.torch (imports torch only when used)."""
 
 from ._contract import NAMES, NotLaunchedError, Plan, plan
-from ._lib import RuntimeFailure
-from ._runtime import Request, Runtime
+from ._lib import RankLost, RuntimeFailure
+from ._runtime import Request, Runtime, ShrinkInfo
 
-__all__ = ["NAMES", "NotLaunchedError", "Plan", "Request", "Runtime", "RuntimeFailure", "plan"]
+__all__ = ["NAMES", "NotLaunchedError", "Plan", "RankLost", "Request", "Runtime",
+           "RuntimeFailure", "ShrinkInfo", "plan"]
 
-for _cls in (NotLaunchedError, Plan, Request, Runtime, RuntimeFailure):
+for _cls in (NotLaunchedError, Plan, RankLost, Request, Runtime, RuntimeFailure, ShrinkInfo):
     _cls.__module__ = __name__  # tracebacks say ddp_topo.RuntimeFailure

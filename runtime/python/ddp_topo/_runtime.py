@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """Runtime: one libddprt communicator (drt_init .. drt_finalize)."""
 
+import collections
 import contextlib
+import copy
 import ctypes
 import queue
 import sys
@@ -11,6 +13,20 @@ import weakref
 
 from . import _contract, _lib
 from ._lib import Error, RuntimeFailure
+
+ShrinkInfo = collections.namedtuple("ShrinkInfo", [
+    "old_size", "new_size",    # the world's sizes before and after
+    "old_rank", "new_rank",    # this rank's numbers before and after
+    "old_nodes", "new_nodes",  # node counts before and after
+    "lost_ranks",              # the ranks lost, by their old numbers, ascending
+    "lost_nodes",              # the name of the node each of them ran on
+    "old_rank_of",             # each new rank's old number
+    "seconds"])                # drt_shrink's own time
+ShrinkInfo.__doc__ = "What Runtime.shrink() did (drt_shrink_info_t)."
+
+
+def _text(name):
+    return name.decode("utf-8", "replace") if name is not None else None
 
 _POINTERS = (ctypes._Pointer, ctypes.c_void_p, ctypes.c_char_p)
 
@@ -120,6 +136,7 @@ class _State:
 
     def __init__(self, lib, comm):
         self.lib, self.comm = lib, comm
+        self.handle = comm  # the same pointer until drt_finalize, also while closing
         self.calls = _Guard()
         self.requests = weakref.WeakSet()  # added to only under calls, while open
         self.jobs = None  # the waiter's queue, once started
@@ -135,6 +152,26 @@ class _State:
                                      % what)
             yield self.comm
 
+    def failure(self, rc, err, what):
+        """The exception for a call that returned rc < 0: RankLost, naming
+        the ranks gone and their nodes, when rc is DRT_ELOST."""
+        return err.failure(what, self.lost() if rc == _lib.ELOST else None)
+
+    def lost(self):
+        """(ranks, nodes): the ranks this rank knows are gone (drt_lost_*,
+        queries like drt_rank, so any thread may ask) and their nodes."""
+        lib, c = self.lib, self.handle
+        ranks = tuple(lib.drt_lost_rank(c, i) for i in range(lib.drt_lost_count(c)))
+        return ranks, tuple(_text(lib.drt_node_name(c, r)) for r in ranks)
+
+    def wait_requests(self):
+        """Wait for every request still out; their owners get the failures."""
+        for req in list(self.requests):
+            try:
+                req.wait()
+            except RuntimeFailure:
+                pass
+
     def _on_waiter(self):
         return threading.current_thread() is self.waiter
 
@@ -149,11 +186,7 @@ class _State:
             self.jobs.put(None)
             if not self._on_waiter():  # a callback that closes: the loop ends after it
                 self.waiter.join()
-        for req in list(self.requests):
-            try:
-                req.wait()
-            except RuntimeFailure:
-                pass  # closing: the failure was or will be reported by its owner
+        self.wait_requests()  # a failure was or will be reported by its owner
         self.lib.drt_finalize(comm)
         self.finalized.set()
 
@@ -171,19 +204,20 @@ class Request:
 
     def wait(self):
         """Block until done (bounded by DDPRT_TIMEOUT); RuntimeFailure if it
-        failed (again at every later call)."""
+        failed, RankLost if a rank is gone (again at every later call)."""
         with self._lock.hold("wait"):
             if self._handle is not None:
                 err = Error()
                 rc = self._state.lib.drt_wait(self._handle, ctypes.byref(err))
                 self._handle = self._keep = None
                 if rc < 0:
-                    self._failure = str(err.failure("iallreduce"))
+                    self._failure = self._state.failure(rc, err, "iallreduce")
         if self._failure:
-            raise RuntimeFailure(self._failure)
+            raise copy.copy(self._failure)  # a fresh traceback at every call
 
     def test(self):
-        """True once done (then the buffer holds the result); RuntimeFailure if it failed."""
+        """True once done (then the buffer holds the result); RuntimeFailure
+        (RankLost) if it failed."""
         with self._lock.hold("test"):
             if self._handle is not None:
                 done, err = ctypes.c_int(), Error()
@@ -221,7 +255,11 @@ class Runtime:
             raise err.failure("drt_init")
         self._state = _State(lib, comm)
         self._close = weakref.finalize(self, self._state.shutdown)
-        c = comm
+        self._numbers()
+
+    def _numbers(self):
+        """rank, size, ... from the communicator: after drt_init and drt_shrink."""
+        lib, c = self._state.lib, self._state.handle
         self.rank, self.size = lib.drt_rank(c), lib.drt_size(c)
         self.local_rank, self.local_size = lib.drt_local_rank(c), lib.drt_local_size(c)
         self.node_rank, self.node_count = lib.drt_node_rank(c), lib.drt_node_count(c)
@@ -235,9 +273,9 @@ class Runtime:
         err = Error()
         with self._state.open_comm("allreduce") as comm:
             rc = self._state.lib.drt_allreduce(comm, addr, addr, n, t, o, ctypes.byref(err))
-        del keep
-        if rc < 0:
-            raise err.failure("allreduce")
+            del keep
+            if rc < 0:
+                raise self._state.failure(rc, err, "allreduce")
 
     def iallreduce(self, buf, dtype, op="sum", count=None):
         """Start an allreduce of buf in place; returns a Request."""
@@ -246,17 +284,18 @@ class Runtime:
         addr, n, keep = _region(buf, count, dtype, elem)
         handle, err = ctypes.c_void_p(), Error()
         with self._state.open_comm("iallreduce") as comm:
-            if self._state.lib.drt_iallreduce(comm, addr, addr, n, t, o, ctypes.byref(handle),
-                                              ctypes.byref(err)) < 0:
-                raise err.failure("iallreduce")
+            rc = self._state.lib.drt_iallreduce(comm, addr, addr, n, t, o, ctypes.byref(handle),
+                                                ctypes.byref(err))
+            if rc < 0:
+                raise self._state.failure(rc, err, "iallreduce")
             return Request(self._state, handle, keep)
 
     def barrier(self):
         err = Error()
         with self._state.open_comm("barrier") as comm:
             rc = self._state.lib.drt_barrier(comm, ctypes.byref(err))
-        if rc < 0:
-            raise err.failure("barrier")
+            if rc < 0:
+                raise self._state.failure(rc, err, "barrier")
 
     # GPU buffers (drt_gpu_*): run in CI on the CUDA/NCCL stand-in
     # (tests/python/gpu_standin.py), not yet on a GPU
@@ -265,8 +304,9 @@ class Runtime:
         the plugin's binding (DDP_TOPO_GPU, else LOCAL_RANK); the device used."""
         err = Error()
         with self._state.open_comm("gpu_attach") as comm:
-            if self._state.lib.drt_gpu_attach(comm, device, ctypes.byref(err)) < 0:
-                raise err.failure("gpu_attach")
+            rc = self._state.lib.drt_gpu_attach(comm, device, ctypes.byref(err))
+            if rc < 0:
+                raise self._state.failure(rc, err, "gpu_attach")
             return self._state.lib.drt_gpu_device(comm)
 
     def gpu_allreduce(self, address, count, dtype, op="sum", stream=None):
@@ -283,8 +323,49 @@ class Runtime:
         with self._state.open_comm("gpu_allreduce") as comm:
             rc = self._state.lib.drt_gpu_allreduce(comm, address, address, count, t, o, stream,
                                                    ctypes.byref(err))
-        if rc < 0:
-            raise err.failure("gpu_allreduce")
+            if rc < 0:
+                raise self._state.failure(rc, err, "gpu_allreduce")
+
+    # Elastic (drt_lost_*, drt_node_name, drt_shrink): after RankLost, under
+    # a launcher that keeps the survivors running (srun -k, ddp-run -k)
+    def lost(self):
+        """The ranks (numbers before any shrink since) this rank knows are gone."""
+        _lib.elastic("drt_lost_count", "lost")
+        with self._state.open_comm("lost"):
+            return self._state.lost()[0]
+
+    def node_name(self, rank=None):
+        """The name of the node rank (default: this one) runs or ran on:
+        DDP_TOPO_NODENAME (the plugin's SLURM node name, ddp-run's nodeK),
+        else the host name; None for no such rank."""
+        fn = _lib.elastic("drt_node_name", "node_name")
+        rank = self.rank if rank is None else rank
+        if not isinstance(rank, int):
+            raise ValueError("ddp-topo: node_name: rank %r is not a whole number" % (rank,))
+        with self._state.open_comm("node_name") as comm:
+            return _text(fn(comm, rank))
+
+    def shrink(self):
+        """Collective over the survivors, after RankLost: agree on who is
+        left, renumber them 0..M-1 in their old order and rebuild the
+        world over them (drt_shrink; docs/runtime.md, "Elastic"). First waits
+        for this Runtime's requests still out (each ends or fails), so none
+        spans the shrink. Updates rank, size, local_rank, local_size,
+        node_rank and node_count; returns a ShrinkInfo. RuntimeFailure if
+        this rank was left out or too few survived to agree in time."""
+        fn = _lib.elastic("drt_shrink", "shrink")
+        state, info, err = self._state, _lib.ShrinkInfoC(), Error()
+        with state.open_comm("shrink") as comm:
+            state.wait_requests()
+            rc = fn(comm, ctypes.byref(info), ctypes.byref(err))
+            if rc < 0:
+                raise state.failure(rc, err, "shrink")
+            self._numbers()
+            n = info.nlost
+            return ShrinkInfo(info.old_size, info.new_size, info.old_rank, self.rank,
+                              info.old_nodes, info.new_nodes, tuple(info.lost_ranks[:n]),
+                              tuple(_text(info.lost_nodes[i]) for i in range(n)),
+                              tuple(info.old_rank_of[:info.new_size]), info.seconds)
 
     def when_done(self, request, callback):
         """Call callback(None), or callback(the RuntimeFailure), from a waiter

@@ -138,13 +138,14 @@ static int step(train_t *t, const uint32_t *perm, drt_step_stats_t *st)
     }
     if ((rc = drt_buckets_finish(t->buckets, st, &e)) < 0 || t->step_lost)
         return t->step_lost ? 1 : lost_or_fatal(t, rc, "gradient allreduce", &e);
-    elastic_snapshot(t);
     model_sgd(t->model, t->lr, t->o.momentum);
     t->s.step++;
     log_samples(t, perm, t->s.offset);
     t->s.offset += t->G;
     t->s.loss_sum += loss;
     t->s.loss_count += (uint64_t)B;
+    t->last_loss = loss;
+    t->last_B = B;
     t->batch_loss = loss / B;
     first_step_after(t);
     return 0;
@@ -252,7 +253,6 @@ int main(int argc, char **argv)
     setup(&t);
     rc = run(&t);
     rc = finish(&t, rc);
-    elastic_free(&t);
     if (t.samples)
         fclose(t.samples);
     return rc;

@@ -6,9 +6,9 @@
  * half-reduced gradient. A survivor whose allreduce had already completed
  * may have applied that step (the dead rank sent its last bytes, then
  * died), but never the next: a step's allreduce completes only once every
- * rank entered it. So survivors differ by at most one step, and the copy
- * of the weights and momentum each keeps from before its last update
- * (elastic_snapshot) lets the ones ahead step back. Then the rest of the
+ * rank entered it. So survivors differ by at most one step, and one that
+ * is behind hands its weights and momentum to those ahead (one broadcast
+ * per recovery, instead of a copy of the model every step). Then the rest of the
  * epoch is re-sharded over the survivors: the global batch stays
  * G = ranks x --batch-size of the run's start, rank r of M takes the
  * step's samples r, r+M, ... (G/M of them, one more for the first G%M
@@ -23,14 +23,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-/* The state before this rank's last update. */
-struct elastic {
-    float **w, **m;
-    progress_t s;
-    int started; /* momentum buffers existed */
-    int valid;
-};
 
 double elastic_clock(void)
 {
@@ -53,62 +45,69 @@ void elastic_start(train_t *t)
     t->gscale = 1.0f;
     t->rank0 = drt_rank(t->c);
     t->node0 = drt_node_rank(t->c);
-    if (!t->o.elastic)
-        return;
-    if (!(t->el = calloc(1, sizeof(*t->el))) || !(t->el->w = calloc((size_t)t->np, sizeof(float *))) ||
-        !(t->el->m = calloc((size_t)t->np, sizeof(float *))))
-        die("--elastic", "out of memory");
+}
+
+/* A survivor a step ahead takes the state of one that is not: the lowest
+ * such rank broadcasts its weights, momentum and whether the momentum
+ * buffers exist; the others undo their own bookkeeping of that step. */
+static void share_state(train_t *t, int src)
+{
+    int32_t started = model_momentum_started(t->model);
+    drt_error_t e;
+
     for (int i = 0; i < t->np; i++)
-        if (!(t->el->w[i] = malloc(t->p[i].n * sizeof(float))) ||
-            !(t->el->m[i] = malloc(t->p[i].n * sizeof(float))))
-            die("--elastic", "out of memory for the copy of the weights (the model is too big)");
+        if (drt_broadcast(t->c, t->p[i].w, t->p[i].n * sizeof(float), src, &e) < 0 ||
+            drt_broadcast(t->c, t->p[i].m, t->p[i].n * sizeof(float), src, &e) < 0)
+            die("--elastic: after the recovery", e.text);
+    if (drt_broadcast(t->c, &started, sizeof(started), src, &e) < 0)
+        die("--elastic: after the recovery", e.text);
+    model_set_momentum_started(t->model, started != 0);
 }
 
-void elastic_snapshot(train_t *t)
-{
-    struct elastic *el = t->el;
-
-    if (!el)
-        return;
-    for (int i = 0; i < t->np; i++) {
-        memcpy(el->w[i], t->p[i].w, t->p[i].n * sizeof(float));
-        memcpy(el->m[i], t->p[i].m, t->p[i].n * sizeof(float));
-    }
-    el->s = t->s;
-    el->started = model_momentum_started(t->model);
-    el->valid = 1;
-}
-
-static void step_back(train_t *t)
-{
-    struct elastic *el = t->el;
-
-    for (int i = 0; i < t->np; i++) {
-        memcpy(t->p[i].w, el->w[i], t->p[i].n * sizeof(float));
-        memcpy(t->p[i].m, el->m[i], t->p[i].n * sizeof(float));
-    }
-    t->s = el->s;
-    model_set_momentum_started(t->model, el->started != 0);
-    el->valid = 0;
-}
-
-/* Every survivor at the same step: the ones a step ahead go back. */
+/* Every survivor at the same step, with the same weights. */
 static void align_steps(train_t *t)
 {
-    double v[2] = {(double)t->s.step, -(double)t->s.step};
+    double v[3] = {(double)t->s.step, -(double)t->s.step, 0};
     drt_error_t e;
 
     if (drt_allreduce(t->c, v, v, 2, DRT_FLOAT64, DRT_MAX, &e) < 0)
         die("--elastic: after the recovery", e.text);
-    if ((uint64_t)v[0] == t->s.step && (uint64_t)-v[1] == t->s.step)
-        return; /* all equal */
-    if (v[0] + v[1] > 1 || !t->el->valid) {
+    if (v[0] == -v[1])
+        return; /* all at one step */
+    if (v[0] + v[1] > 1) {
         fprintf(stderr, "ddp-train: --elastic: the survivors are at steps %.0f to %.0f: cannot "
                 "line them up (a bug: please report it)\n", -v[1], v[0]);
         exit(1);
     }
-    if (t->s.step == (uint64_t)v[0])
-        step_back(t);
+    /* the lowest rank at the earlier step: -rank's maximum */
+    v[2] = t->s.step == (uint64_t)-v[1] ? -(double)drt_rank(t->c) : -1e9;
+    if (drt_allreduce(t->c, &v[2], &v[2], 1, DRT_FLOAT64, DRT_MAX, &e) < 0)
+        die("--elastic: after the recovery", e.text);
+    if (t->s.step == (uint64_t)v[0]) {
+        t->s.step--;
+        t->s.offset -= t->G;
+        t->s.loss_sum -= t->last_loss;
+        t->s.loss_count -= (uint64_t)t->last_B;
+    }
+    share_state(t, (int)-v[2]);
+}
+
+/* The epoch's loss so far, into rank 0 as a checkpoint's fold does: the
+ * lost ranks' running sums went with them, so the survivors' mean stands
+ * for the samples they took (a checkpoint counts the loss of every sample
+ * of the epoch used). */
+static void fold_survivors_loss(train_t *t)
+{
+    double v[2] = {t->s.loss_sum, (double)t->s.loss_count};
+    drt_error_t e;
+
+    if (drt_allreduce(t->c, v, v, 2, DRT_FLOAT64, DRT_SUM, &e) < 0)
+        die("--elastic: after the recovery", e.text);
+    t->s.loss_sum = t->s.loss_count = 0;
+    if (drt_rank(t->c) == 0 && t->s.offset) {
+        t->s.loss_count = t->s.offset;
+        t->s.loss_sum = v[1] > 0 ? v[0] * (double)t->s.offset / v[1] : 0;
+    }
 }
 
 /* This rank's share of the step's G samples among M ranks. */
@@ -204,6 +203,7 @@ int elastic_recover(train_t *t, double t_fail)
     if (drt_rank(t->c) == 0)
         elastic_note_lost(t, in.lost_nodes, in.nlost);
     align_steps(t);
+    fold_survivors_loss(t);
     own_checkpoints(t);
     if (in.new_size < t->o.min_ranks) {
         if (drt_rank(t->c) == 0)
@@ -220,20 +220,4 @@ int elastic_recover(train_t *t, double t_fail)
         fflush(stdout);
     }
     return 0;
-}
-
-void elastic_free(train_t *t)
-{
-    struct elastic *el = t->el;
-
-    if (!el)
-        return;
-    for (int i = 0; i < t->np; i++) {
-        free(el->w[i]);
-        free(el->m[i]);
-    }
-    free(el->w);
-    free(el->m);
-    free(el);
-    t->el = NULL;
 }

@@ -93,7 +93,8 @@ typedef struct {
     int step_lost;          /* a rank was lost in this step's allreduce (--elastic) */
     int rank0, node0;       /* this rank's rank and node at the start (--kill-*) */
     int recovering;         /* recovered; no step completed since */
-    struct elastic *el;     /* elastic.c */
+    double last_loss;       /* the last step's loss sum ... */
+    int last_B;             /* ... over this many samples (elastic.c undoes a step) */
     FILE *samples;          /* --sample-log */
 } train_t;
 
@@ -114,17 +115,15 @@ void checkpoint_now(train_t *t, int wait);
 int preempted(train_t *t);
 void checkpoint_close(train_t *t);
 
-/* elastic.c: --elastic. start after setup; snapshot before each update;
- * recover after a step failed with DRT_ELOST: 0 to go on, else the exit
- * status (75 below --min-ranks, a checkpoint saved) */
+/* elastic.c: --elastic. start after setup; recover after a step failed
+ * with DRT_ELOST: 0 to go on, else the exit status (75 below --min-ranks,
+ * a checkpoint saved) */
 void elastic_start(train_t *t);
-void elastic_snapshot(train_t *t);
 int elastic_recover(train_t *t, double t_fail);
 /* DIR/lost-nodes: names, or what this rank knows is lost (a run that stops) */
 void elastic_note_lost(train_t *t, const char *const *names, int n);
 void elastic_note_known(train_t *t);
 double elastic_clock(void);
-void elastic_free(train_t *t);
 
 /* telemetry.c */
 void telemetry_open(train_t *t);
