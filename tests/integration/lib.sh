@@ -139,6 +139,17 @@ job_state() { # job_state ID: PENDING, RUNNING, COMPLETED, ... or nothing once p
     scontrol show job -o "$1" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p'
 }
 
+# node_pids NODE: every process of an emulated node (its slurmd's UTS
+# namespace, never ours), to kill them all at once as a node dying would
+node_pids() {
+    local ns p
+    ns=$(readlink "/proc/$(cat "$CLUSTER_DIR/run/slurmd-$1.pid")/ns/uts") || return 1
+    [ -n "$ns" ] && [ "$ns" != "$(readlink /proc/self/ns/uts)" ] || return 1
+    for p in /proc/[0-9]*; do
+        [ "$(readlink "$p/ns/uts" 2>/dev/null)" = "$ns" ] && echo "${p#/proc/}"
+    done
+}
+
 idle_nodes() {
     sinfo -h -N -o '%T' | grep -c '^idle$'
 }
