@@ -51,7 +51,10 @@
 #define DRT_ENV_DEVICE "DDP_TOPO_DEVICE" /* its CUDA ordinal in CUDA_VISIBLE_DEVICES */
 #define DRT_ENV_CPUS "DDP_TOPO_CPUS"
 #define DRT_ENV_NIC "DDP_TOPO_NIC"
-#define DRT_ENV_NODENAME "DDP_TOPO_NODENAME" /* the scheduler's name of the node */
+/* SLURM's name of the rank's node (the plugin, in every mode; ddp-run: its
+ * emulated node's), which the runtime reports lost ranks by; unset: the
+ * host name */
+#define DRT_ENV_NODENAME "DDP_TOPO_NODENAME"
 /* SLURM's copy of a job's --ddp-topo, in the job's environment (the plugin
  * registers the option as ddp-topo): set while the plugin's variables are
  * missing, the job asked but the plugin did not run (its plugstack line was

@@ -86,6 +86,22 @@ drt_algo_t drt_get_algo(const drt_comm_t *c);
 const char *drt_algo_name(drt_algo_t algo);
 /* 0 on success; "flat", "hier" or "auto"; -1 when unknown */
 int drt_algo_parse(const char *name, drt_algo_t *algo);
+/* DRT_ALGO_AUTO's decisions on host buffers, to carry over a restart: per
+ * message size class the algorithm chosen and the calls since. Call with
+ * no collective in flight. drt_auto_state writes them as text (at most
+ * DRT_AUTO_STATE_MAX bytes) into buf of *len bytes and sets *len to the
+ * bytes written; -1 when buf is too small (*len then says how much).
+ * drt_auto_restore is collective: every rank passes the same bytes (it
+ * checks, so all apply or all refuse); 0 applied, 1 written by another
+ * layout (ranks, nodes: nothing applied, auto decides afresh), -1 malformed
+ * or not the same on every rank (err says which). drt_auto_pin(c, 1)
+ * keeps every decision once made: no re-check runs or switches later, so
+ * a run replays from the decisions alone (a re-check measures afresh,
+ * which a restarted run cannot repeat). */
+#define DRT_AUTO_STATE_MAX 4096
+int drt_auto_state(const drt_comm_t *c, void *buf, size_t *len, drt_error_t *err);
+int drt_auto_restore(drt_comm_t *c, const void *buf, size_t len, drt_error_t *err);
+void drt_auto_pin(drt_comm_t *c, int on);
 int drt_dtype_parse(const char *name, drt_dtype_t *t);
 /* bytes per element; 0 for a value that is not a drt_dtype_t */
 size_t drt_dtype_size(drt_dtype_t t);

@@ -7,7 +7,7 @@
  * contract.h); nothing internal takes them, so the prefix alone says what a
  * user may call. A file's internal functions carry its module's prefix
  * (net_ in net.c, request_ in request.c, ...); the helpers every file shares
- * (util.c: errors, log lines, the clock; reduce.c: the reductions) carry
+ * (util.c: errors, log lines, the clock, the lost ranks; reduce.c: the reductions) carry
  * rt_, and the constants defined here for all of them RT_. */
 #ifndef DDPRT_INTERNAL_H
 #define DDPRT_INTERNAL_H
@@ -86,6 +86,7 @@ struct drt_comm {
     double timeout;           /* seconds */
     uint64_t seq;             /* collectives issued, for error messages */
     drt_algo_t algo;
+    int auto_pinned;          /* drt_auto_pin: auto keeps its decisions (no re-checks) */
     int verbose;
     unsigned char secret[DRT_SECRET_LEN];
     unsigned char *bounce;    /* TCP receive-and-reduce staging */

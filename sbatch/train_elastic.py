@@ -14,9 +14,9 @@ rank of the old world, and torch's TCPStore lives in rank 0, which may be
 the one lost. DistributedDataParallel goes through its group in its
 constructor (parameter shapes, the broadcast of the weights), when it
 rebuilds its buckets after the first step, before each forward of a model
-with buffers (broadcast_buffers), every step with
-find_unused_parameters, and DistributedSampler and destroy_process_group
-know only the old world, even with a ddp_topo hook. So this script
+with buffers (broadcast_buffers) and every step with
+find_unused_parameters, even with a ddp_topo hook; DistributedSampler and
+destroy_process_group know only the old world. So this script
 reduces the gradients itself, one ddp_topo allreduce per step of a flat
 vector, and the shrunken world keeps working.
 
@@ -24,9 +24,10 @@ What makes the run after a loss the run it would have been (up to
 rounding): each step's global batch is drawn from the step's number alone,
 each rank takes every size-th sample of it and sums its loss divided by the
 global batch, so the summed gradient is the whole batch's mean gradient at
-any world size. A step whose allreduce failed is not applied anywhere and
-is done again; after each shrink the new rank 0's parameters and step are
-everyone's.
+any world size. A rank whose allreduce failed changes nothing; the lost
+rank may have been seen after some survivors finished that step, so after
+each shrink the new rank 0's parameters and step are everyone's, and all go
+on from one state.
 """
 import argparse
 import ctypes
@@ -48,15 +49,16 @@ def parse_args():
     before the runtime starts, so a bad one stops every rank at once)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     p.add_argument("--steps", type=int, default=60)
-    p.add_argument("--global-batch", type=int, default=96, help="samples per step, all ranks together")
+    p.add_argument("--global-batch", type=int, default=96,
+                   help="samples per step, all ranks together")
     p.add_argument("--lr", type=float, default=0.2)
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--samples", type=int, default=2048, help="size of the synthetic data set")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-every", type=int, default=10, help="rank 0 prints the loss every N steps")
     p.add_argument("--die-ranks", default="",
-                   help="to try it: these ranks (comma-separated) SIGKILL themselves at --die-step, "
-                        "as a node failure would kill them")
+                   help="to try it: these ranks (comma-separated) SIGKILL themselves at "
+                        "--die-step, as a node failure would kill them")
     p.add_argument("--die-step", type=int, default=0)
     args = p.parse_args()
     world = ddp_topo.plan().world_size  # NotLaunchedError outside srun --ddp-topo or ddp-run
@@ -111,7 +113,7 @@ def agree(rt, model, step):
 def train_step(rt, model, data, step, args):
     """One step: the global batch's mean gradient, summed over the ranks,
     then SGD. Returns the global batch's mean loss. The update comes only
-    after the allreduce succeeded: a failed step changed nothing."""
+    after the allreduce succeeded: a failed step changes nothing here."""
     x, y = data
     g = torch.Generator().manual_seed(args.seed * 1000003 + step)
     mine = torch.randperm(len(x), generator=g)[:args.global_batch][rt.rank::rt.size]
@@ -129,18 +131,22 @@ def train_step(rt, model, data, step, args):
     return flat[-1].item()
 
 
+def who(ranks, nodes):
+    """"rank 2 on node1", "ranks 2,3 on node1" """
+    return "rank%s %s on %s" % ("s" if len(ranks) > 1 else "", ",".join(map(str, ranks)),
+                                ",".join(sorted(set(map(str, nodes)))))
+
+
 def recover(rt, model, step, lost):
     """After RankLost: shrink, then agree on the parameters and the step;
     again if another rank goes meanwhile. Returns the step to go on from."""
     while True:
-        say("rank %d: lost rank%s %s (node %s) at step %d: shrinking"
-            % (rt.rank, "s" if len(lost.ranks) > 1 else "", ",".join(map(str, lost.ranks)),
-               ",".join(sorted(set(map(str, lost.nodes)))), step))
+        say("rank %d: lost %s at step %d: shrinking" % (rt.rank, who(lost.ranks, lost.nodes), step))
         old = rt.rank
         info = rt.shrink()
-        say("rank %d (was %d): world %d -> %d ranks, %d -> %d nodes, in %.3f s"
+        say("rank %d (was %d): world %d -> %d ranks, %d -> %d nodes, in %.3f s (lost %s)"
             % (rt.rank, old, info.old_size, info.new_size, info.old_nodes, info.new_nodes,
-               info.seconds))
+               info.seconds, who(info.lost_ranks, info.lost_nodes)))
         try:
             return agree(rt, model, step)
         except ddp_topo.RankLost as again:

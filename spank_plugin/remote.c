@@ -461,8 +461,12 @@ static int set_task_env(spank_t sp, uint32_t rank, int local)
     /* torchrun's run id is the rendezvous id, "the job id" in its docs */
     snprintf(run_id, sizeof(run_id), "%u", step.job_id);
     /* a user's MASTER_ADDR, MASTER_PORT, DDPRT_PORT, NCCL_RAS_ADDR,
-     * OMP_NUM_THREADS or elastic variable is kept */
+     * OMP_NUM_THREADS or elastic variable is kept; the node name is
+     * SLURM's, always (one inherited from the submitting shell names
+     * another node), and missing only where the step's host list lacks
+     * this node (the runtime then takes the host name) */
     rc = contract_rank_env(&r, set_one, sp) | contract_elastic_env(run_id, get_task, set_task, &t) |
+         (step.node_name[0] ? ddp_setenvf(sp, DRT_ENV_NODENAME, 1, "%s", step.node_name) : 0) |
          ddp_setenvf(sp, DRT_ENV_MASTER_ADDR, 0, "%s", step.master_addr) |
          ddp_setenvf(sp, DRT_ENV_MASTER_PORT, 0, "%u", step.master_port) |
          (step.runtime_port ? ddp_setenvf(sp, DRT_ENV_PORT, 0, "%u", step.runtime_port) : 0) |

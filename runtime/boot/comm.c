@@ -177,28 +177,10 @@ const char *drt_node_name(const drt_comm_t *c, int rank)
 
 int drt_lost_count(const drt_comm_t *c)
 {
-    return c->nlost;
+    return __atomic_load_n(&c->nlost, __ATOMIC_ACQUIRE);
 }
 
 int drt_lost_rank(const drt_comm_t *c, int i)
 {
-    return i >= 0 && i < c->nlost ? c->lost_list[i] : -1;
-}
-
-/* Called from the progress thread too: the lock keeps the list whole. */
-void rt_mark_lost(drt_comm_t *c, int rank)
-{
-    if (rank < 0 || rank >= c->size || rank == c->rank)
-        return;
-    pthread_mutex_lock(&c->lock);
-    if (!c->lost[rank]) {
-        c->lost[rank] = 1;
-        c->lost_list[c->nlost++] = rank;
-    }
-    pthread_mutex_unlock(&c->lock);
-}
-
-int rt_status(const drt_comm_t *c, int rc)
-{
-    return rc < 0 && __atomic_load_n(&c->nlost, __ATOMIC_ACQUIRE) ? DRT_ELOST : rc;
+    return i >= 0 && i < drt_lost_count(c) ? c->lost_list[i] : -1;
 }

@@ -16,7 +16,12 @@
  * robust to one stalled run as to one lucky burst (the minimum is not: on a
  * shaped link, a run that finds the token bucket full looked 40% faster
  * than the algorithm ever was). The ranks agree on the slowest rank's view
- * (max), so all of them always choose alike. */
+ * (max), so all of them always choose alike.
+ *
+ * Flat and hier add the ranks' values in different orders, so the choice
+ * shows in the result's last bits: a restarted run repeats a run's bits
+ * only with its decisions (autostate.c carries them) and without re-checks
+ * (drt_auto_pin), whose timing a restart cannot repeat. */
 #include "../internal.h"
 
 #include <stdlib.h>
@@ -164,6 +169,8 @@ int auto_allreduce(coll_set_t *s, const coll_args_t *x, drt_error_t *err)
     if (k->choice < 0)
         return trial(s, k, x, err);
     k->calls++;
+    if (s->c->auto_pinned) /* drt_auto_pin: what a restarted run can replay */
+        return algo_run(s, (drt_algo_t)k->choice, x, err);
     if (power_of_two_from(k->calls, RECHECK_FIRST))
         return recheck(s, k, x, 0, err);
     if (power_of_two_from(k->calls - 1, RECHECK_FIRST))

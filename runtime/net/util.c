@@ -106,3 +106,22 @@ int drt_dtype_parse(const char *name, drt_dtype_t *t)
         }
     return -1;
 }
+
+/* Called from the progress thread too: the lock keeps the list whole. */
+void rt_mark_lost(drt_comm_t *c, int rank)
+{
+    if (rank < 0 || rank >= c->size || rank == c->rank)
+        return;
+    pthread_mutex_lock(&c->lock);
+    if (!c->lost[rank]) {
+        c->lost[rank] = 1;
+        c->lost_list[c->nlost] = rank;
+        __atomic_store_n(&c->nlost, c->nlost + 1, __ATOMIC_RELEASE); /* read without the lock */
+    }
+    pthread_mutex_unlock(&c->lock);
+}
+
+int rt_status(const drt_comm_t *c, int rc)
+{
+    return rc < 0 && __atomic_load_n(&c->nlost, __ATOMIC_ACQUIRE) ? DRT_ELOST : rc;
+}

@@ -227,7 +227,7 @@ static void node_name(int node)
     char name[32];
 
     snprintf(name, sizeof(name), "node%d", node);
-    setenv("DDP_TOPO_NODENAME", name, 1);
+    setenv(DRT_ENV_NODENAME, name, 1);
 }
 
 static pid_t spawn(int rank, int n, int m, char **argv, int listen_fd, const char *run_id)

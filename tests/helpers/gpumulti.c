@@ -524,7 +524,12 @@ static int shrink(drt_comm_t *c)
             break;
         for (int i = 0; i < in.new_size; i++)
             orig[i] = orig[in.old_rank_of[i]];
-        rc = 0;
+        /* a survivor the dead rank's last bytes reached is a step ahead: go on
+         * from the least advanced one's step */
+        int64_t v = steps;
+        if ((rc = drt_allreduce(c, &v, &v, 1, DRT_INT64, DRT_MIN, &err)) < 0)
+            break;
+        steps = (int)v;
     }
     if (rc)
         say("failed (rc %d): %s", rc, err.text);

@@ -135,12 +135,9 @@ run_batch() {
     return "${PIPESTATUS[0]}"
 }
 
-job_state() { # job_state ID: PENDING, RUNNING, COMPLETED, ... or nothing once purged
-    scontrol show job -o "$1" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p'
-}
-
-# node_pids NODE: every process of an emulated node (its slurmd's UTS
-# namespace, never ours), to kill them all at once as a node dying would
+# node_pids NODE: every process of an emulated node (its slurmd, slurmstepd
+# and tasks): its slurmd's UTS namespace, never ours. SIGKILL them all for a
+# node that dies.
 node_pids() {
     local ns p
     ns=$(readlink "/proc/$(cat "$CLUSTER_DIR/run/slurmd-$1.pid")/ns/uts") || return 1
@@ -148,6 +145,10 @@ node_pids() {
     for p in /proc/[0-9]*; do
         [ "$(readlink "$p/ns/uts" 2>/dev/null)" = "$ns" ] && echo "${p#/proc/}"
     done
+}
+
+job_state() { # job_state ID: PENDING, RUNNING, COMPLETED, ... or nothing once purged
+    scontrol show job -o "$1" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p'
 }
 
 idle_nodes() {

@@ -42,7 +42,8 @@ def lose(rt, check, doomed, what):
         else:
             rt.allreduce(buf, "float32")
     except ddp_topo.RankLost as e:
-        check("%s: RankLost is a RuntimeFailure" % what, isinstance(e, ddp_topo.RuntimeFailure), True)
+        check("%s: RankLost is a RuntimeFailure" % what,
+              isinstance(e, ddp_topo.RuntimeFailure), True)
         return e
     check("%s: RankLost raised" % what, "nothing", "RankLost")
     sys.exit(1)
@@ -61,8 +62,8 @@ def main():
     check("lost() after it", rt.lost(), (2,))
     old = rt.rank
     info = rt.shrink()
-    check("shrink: the ShrinkInfo", info, ddp_topo.ShrinkInfo(3, 2, old, old, 2, 1, (2,), ("node1",),
-                                                              (0, 1), info.seconds))
+    want = ddp_topo.ShrinkInfo(3, 2, old, old, 2, 1, (2,), ("node1",), (0, 1), info.seconds)
+    check("shrink: the ShrinkInfo", info, want)
     check("shrink: rank, size, nodes, lost()", (rt.rank, rt.size, rt.node_count, rt.lost()),
           (old, 2, 1, ()))
     buf = array.array("f", [rt.rank + 1.0])

@@ -348,9 +348,9 @@ class Runtime:
     def shrink(self):
         """Collective over the survivors, after RankLost: agree on who is
         left, renumber them 0..M-1 in their old order and rebuild the
-        world over them (drt_shrink; docs/runtime.md, "Elastic"). First waits
-        for this Runtime's requests still out (each ends or fails), so none
-        spans the shrink. Updates rank, size, local_rank, local_size,
+        world over them (drt_shrink; docs/runtime.md, "Elastic in Python").
+        First waits for this Runtime's requests still out (each ends or
+        fails), so none spans the shrink. Updates rank, size, local_rank, local_size,
         node_rank and node_count; returns a ShrinkInfo. RuntimeFailure if
         this rank was left out or too few survived to agree in time."""
         fn = _lib.elastic("drt_shrink", "shrink")

@@ -112,6 +112,7 @@ void setup(train_t *t)
     if (drt_init(&t->c, &e) < 0)
         die("bootstrap", e.text);
     check_world(t);
+    drt_auto_pin(t->c, 1); /* auto decides once per size class: a resume replays it (state.c) */
     make_model(t);
     make_buckets(t);
     watch_usr1();

@@ -8,7 +8,10 @@
  * rank 0 loads the newest valid checkpoint and broadcasts it; every rank
  * checks the settings the same way, so all accept or all refuse. The
  * shuffles need no saved generator state: each epoch's order is a pure
- * function of seed + epoch (data.h). */
+ * function of seed + epoch (data.h). The "auto" section holds --algo
+ * auto's decisions (drt_auto_state), so a resumed run reduces each bucket
+ * with the algorithm the uninterrupted run used: flat and hier add in
+ * different orders, and their last bits differ. */
 #include "train.h"
 
 #include <errno.h>
@@ -235,14 +238,18 @@ static void fold_loss(train_t *t)
 
 static void save(train_t *t)
 {
-    drt_ckpt_section_t *sec = calloc(2 * (size_t)t->np + 1, sizeof(*sec));
-    char meta[META_MAX], (*names)[80] = calloc(2 * (size_t)t->np, sizeof(*names));
+    drt_ckpt_section_t *sec = calloc(2 * (size_t)t->np + 2, sizeof(*sec));
+    char meta[META_MAX], decisions[DRT_AUTO_STATE_MAX], (*names)[80] = calloc(2 * (size_t)t->np, sizeof(*names));
+    size_t dlen = sizeof(decisions);
     drt_error_t e;
 
     if (!sec || !names)
         die("checkpoint", "out of memory");
     meta_write(t, meta, sizeof(meta));
+    if (drt_auto_state(t->c, decisions, &dlen, &e) < 0)
+        die("checkpoint", e.text);
     sec[0] = (drt_ckpt_section_t){"meta", meta, strlen(meta) + 1};
+    sec[1 + 2 * t->np] = (drt_ckpt_section_t){"auto", decisions, dlen};
     for (int i = 0; i < t->np; i++) {
         snprintf(names[2 * i], sizeof(names[0]), "w:%s", t->p[i].name);
         snprintf(names[2 * i + 1], sizeof(names[0]), "m:%s", t->p[i].name);
@@ -250,7 +257,7 @@ static void save(train_t *t)
         sec[2 + 2 * i] = (drt_ckpt_section_t){names[2 * i + 1], t->p[i].m, t->p[i].n * sizeof(float)};
     }
     report_write(t);
-    if (drt_ckpt_save(t->ckpt, t->s.step, sec, 1 + 2 * t->np, &e) < 0) {
+    if (drt_ckpt_save(t->ckpt, t->s.step, sec, 2 + 2 * t->np, &e) < 0) {
         t->ckpt_failed = 1;
         fprintf(stderr, "ddp-train: %s (training goes on)\n", e.text);
     } else
@@ -353,10 +360,31 @@ static int load_param(train_t *t, const param_t *p, uint64_t step, char *why, si
     return 0;
 }
 
+/* the "auto" section into d (*dlen bytes; -1 when the checkpoint has
+ * none: an older ddp-train wrote it) */
+static int load_decisions(train_t *t, uint64_t step, char *d, int32_t *dlen, char *why, size_t len)
+{
+    size_t n;
+    const void *sec = drt_ckpt_section(t->ckpt, "auto", &n);
+
+    *dlen = -1;
+    if (!sec)
+        return 0;
+    if (n > DRT_AUTO_STATE_MAX) {
+        snprintf(why, len, "checkpoint step %" PRIu64 ": its auto section is %zu bytes, more than "
+                 "any run writes (%d)", step, n, DRT_AUTO_STATE_MAX);
+        return -1;
+    }
+    memcpy(d, sec, n);
+    *dlen = (int32_t)n;
+    return 0;
+}
+
 /* rank 0: load the newest valid checkpoint into the model and t->s; the
- * meta text goes to the other ranks. 1 found, 0 none, -1 refused (why),
- * -2 the directory could not be read (why, with its own hint). */
-static int load(train_t *t, char *meta, char *why, size_t len)
+ * meta text and auto's decisions go to the other ranks. 1 found, 0 none,
+ * -1 refused (why), -2 the directory could not be read (why, with its own
+ * hint). */
+static int load(train_t *t, char *meta, char *d, int32_t *dlen, char *why, size_t len)
 {
     uint64_t step;
     size_t n;
@@ -379,7 +407,7 @@ static int load(train_t *t, char *meta, char *why, size_t len)
     for (int i = 0; i < t->np; i++)
         if (load_param(t, &t->p[i], step, why, len) < 0)
             return -1;
-    return 1;
+    return load_decisions(t, step, d, dlen, why, len) < 0 ? -1 : 1;
 }
 
 /* every rank: t->s and the algorithm from the meta text (rank 0 checked
@@ -427,6 +455,8 @@ static void default_algo(train_t *t)
 typedef struct {
     int32_t status; /* 1 found, 0 none, -1 refused, -2 unreadable (load's) */
     char text[META_MAX];
+    int32_t auto_len; /* the "auto" section's bytes, -1: none (an older ddp-train's) */
+    char decisions[DRT_AUTO_STATE_MAX];
 } found_t;
 
 /* rank 0: what DIR holds for this run */
@@ -454,12 +484,35 @@ static void find(train_t *t, found_t *f)
         f->status = rc ? -1 : 0;
         return;
     }
-    f->status = load(t, f->text, why, sizeof(why));
+    f->status = load(t, f->text, f->decisions, &f->auto_len, why, sizeof(why));
     if (f->status == -2)
         snprintf(f->text, sizeof(f->text), "cannot resume from %s: %s", t->o.ckpt_dir, why);
     else if (f->status < 0)
         snprintf(f->text, sizeof(f->text), "cannot resume from %s: %s (remove its checkpoints, or give "
                  "another --checkpoint-dir)", t->o.ckpt_dir, why);
+}
+
+/* every rank: auto's decisions as the checkpoint recorded them, so the
+ * rest of the run reduces as the uninterrupted one did (drt_auto_restore
+ * agrees: every rank applies them, or every rank refuses) */
+static void restore_decisions(train_t *t, const found_t *f)
+{
+    drt_error_t e;
+    int rc = 0;
+
+    if (f->auto_len >= 0 && (rc = drt_auto_restore(t->c, f->decisions, (size_t)f->auto_len, &e)) < 0) {
+        fprintf(stderr, "ddp-train: cannot resume from %s: checkpoint step %" PRIu64 ": %s (remove its "
+                "checkpoints, or give another --checkpoint-dir)\n", t->o.ckpt_dir, t->s.step, e.text);
+        exit(1);
+    }
+    if (drt_rank(t->c) || t->algo != DRT_ALGO_AUTO)
+        return;
+    if (f->auto_len < 0)
+        printf("note: the checkpoint holds no auto decisions (an older ddp-train wrote it): auto decides "
+               "afresh, and the weights can differ in their last bits from an uninterrupted run's\n");
+    else if (rc == 1)
+        printf("note: the checkpoint's auto decisions were measured on another layout of ranks and "
+               "nodes: auto decides afresh\n");
 }
 
 void resume(train_t *t)
@@ -494,4 +547,5 @@ void resume(train_t *t)
                    "continues at the same sample; the learning rate is %g\n", t->ckpt_world,
                    drt_size(t->c), t->lr);
     }
+    restore_decisions(t, &f);
 }
