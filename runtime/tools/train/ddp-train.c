@@ -32,13 +32,18 @@ static void fatal(const char *what, const drt_error_t *e)
 }
 
 /* A collective failed: with --elastic and a lost rank, 1 (recover); else
- * the run ends, leaving the lost nodes' names for a requeue to exclude. */
+ * the run ends, leaving the lost nodes' names for a requeue to exclude,
+ * and rank 0 first finishes the checkpoint its writer has under way (it
+ * was whole before the loss; exiting would lose it and make the requeue
+ * redo those steps). */
 static int lost_or_fatal(train_t *t, int rc, const char *what, const drt_error_t *e)
 {
     if (rc == DRT_ELOST && t->o.elastic)
         return 1;
-    if (rc == DRT_ELOST)
+    if (rc == DRT_ELOST) {
         elastic_note_known(t);
+        checkpoint_close(t);
+    }
     fatal(what, e);
     return -1;
 }
