@@ -127,7 +127,7 @@ static void reshard(train_t *t)
 }
 
 /* Lost nodes, one name a line, in DIR/lost-nodes: what a requeue excludes
- * (sbatch/ddp-topo-requeue). Appended, by whichever survivor writes. */
+ * (sbatch/train-requeue.sbatch). Appended, by whichever survivor writes. */
 void elastic_note_lost(train_t *t, const char *const *names, int n)
 {
     char path[4096], err[300];
