@@ -18,8 +18,6 @@
 #include "train.h"
 #include "files.h"
 
-#include <inttypes.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -64,16 +62,28 @@ static void share_state(train_t *t, int src)
     model_set_momentum_started(t->model, started != 0);
 }
 
-/* Every survivor at the same step, with the same weights. */
-static void align_steps(train_t *t)
+/* an allreduce that changes nothing yet: DRT_ELOST when another rank was
+ * lost meanwhile (the caller shrinks again), any other failure ends the run */
+static int agree(train_t *t, double *v, int n, drt_op_t op)
+{
+    drt_error_t e;
+    int rc = drt_allreduce(t->c, v, v, (size_t)n, DRT_FLOAT64, op, &e);
+
+    if (rc < 0 && rc != DRT_ELOST)
+        die("--elastic: after the recovery", e.text);
+    return rc;
+}
+
+/* Every survivor at the same step, with the same weights. A loss while
+ * the weights are handed over ends the run (some are half overwritten). */
+static int align_steps(train_t *t)
 {
     double v[3] = {(double)t->s.step, -(double)t->s.step, 0};
-    drt_error_t e;
 
-    if (drt_allreduce(t->c, v, v, 2, DRT_FLOAT64, DRT_MAX, &e) < 0)
-        die("--elastic: after the recovery", e.text);
+    if (agree(t, v, 2, DRT_MAX) < 0)
+        return DRT_ELOST;
     if (v[0] == -v[1])
-        return; /* all at one step */
+        return 0; /* all at one step */
     if (v[0] + v[1] > 1) {
         fprintf(stderr, "ddp-train: --elastic: the survivors are at steps %.0f to %.0f: cannot "
                 "line them up (a bug: please report it)\n", -v[1], v[0]);
@@ -81,8 +91,8 @@ static void align_steps(train_t *t)
     }
     /* the lowest rank at the earlier step: -rank's maximum */
     v[2] = t->s.step == (uint64_t)-v[1] ? -(double)drt_rank(t->c) : -1e9;
-    if (drt_allreduce(t->c, &v[2], &v[2], 1, DRT_FLOAT64, DRT_MAX, &e) < 0)
-        die("--elastic: after the recovery", e.text);
+    if (agree(t, &v[2], 1, DRT_MAX) < 0)
+        return DRT_ELOST;
     if (t->s.step == (uint64_t)v[0]) {
         t->s.step--;
         t->s.offset -= t->G;
@@ -90,24 +100,25 @@ static void align_steps(train_t *t)
         t->s.loss_count -= (uint64_t)t->last_B;
     }
     share_state(t, (int)-v[2]);
+    return 0;
 }
 
 /* The epoch's loss so far, into rank 0 as a checkpoint's fold does: the
  * lost ranks' running sums went with them, so the survivors' mean stands
  * for the samples they took (a checkpoint counts the loss of every sample
  * of the epoch used). */
-static void fold_survivors_loss(train_t *t)
+static int fold_survivors_loss(train_t *t)
 {
     double v[2] = {t->s.loss_sum, (double)t->s.loss_count};
-    drt_error_t e;
 
-    if (drt_allreduce(t->c, v, v, 2, DRT_FLOAT64, DRT_SUM, &e) < 0)
-        die("--elastic: after the recovery", e.text);
+    if (agree(t, v, 2, DRT_SUM) < 0)
+        return DRT_ELOST;
     t->s.loss_sum = t->s.loss_count = 0;
     if (drt_rank(t->c) == 0 && t->s.offset) {
         t->s.loss_count = t->s.offset;
         t->s.loss_sum = v[1] > 0 ? v[0] * (double)t->s.offset / v[1] : 0;
     }
+    return 0;
 }
 
 /* This rank's share of the step's G samples among M ranks. */
@@ -195,15 +206,15 @@ int elastic_recover(train_t *t, double t_fail)
     char what[512];
     int old = drt_size(t->c);
 
-    if (drt_shrink(t->c, &in, &e) < 0) {
-        elastic_note_known(t);
-        die("--elastic: the survivors could not re-form", e.text);
-    }
-    describe(&in, what, sizeof(what));
-    if (drt_rank(t->c) == 0)
-        elastic_note_lost(t, in.lost_nodes, in.nlost);
-    align_steps(t);
-    fold_survivors_loss(t);
+    do { /* again when another rank is lost before the survivors agree */
+        if (drt_shrink(t->c, &in, &e) < 0) {
+            elastic_note_known(t);
+            die("--elastic: the survivors could not re-form", e.text);
+        }
+        describe(&in, what, sizeof(what));
+        if (drt_rank(t->c) == 0)
+            elastic_note_lost(t, in.lost_nodes, in.nlost);
+    } while (align_steps(t) == DRT_ELOST || fold_survivors_loss(t) == DRT_ELOST);
     own_checkpoints(t);
     if (in.new_size < t->o.min_ranks) {
         if (drt_rank(t->c) == 0)
