@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* ddp-train's parts: options.c (the command line), setup.c (the world,
  * the model, the buckets; the end), state.c (checkpoints, resume,
- * preemption), elastic.c (going on after a lost rank), telemetry.c (the step line and --metrics). The model and
- * the data are model.c and data.c; --plot and --compare are tools.h's;
+ * preemption), elastic.c (going on after a lost rank), telemetry.c (the
+ * step line and --metrics). The model and the data are model.c and
+ * data.c; --plot and --compare are tools.h's;
  * files.h opens every file they write or read. Calls go one way, down:
  * ddp-train.c (the loop) calls setup.c, state.c and elastic.c (--elastic),
  * setup.c and elastic.c call state.c, and none of them calls back up. */
