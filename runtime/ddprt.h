@@ -56,7 +56,9 @@ typedef struct drt_request drt_request_t;
 /* Threads (docs/runtime.md, "Threads"; not checked by the library): one
  * thread at a time makes the calls below that take a drt_comm_t * (and
  * drt_buckets_* on its buckets), but for the queries (drt_rank ..
- * drt_node_of), which any thread may make at any time. drt_test and
+ * drt_node_of; also drt_lost_count, drt_lost_rank and drt_node_name, whose
+ * list the progress thread and the GPU watchdog may grow), which any
+ * thread may make at any time but during drt_shrink. drt_test and
  * drt_wait may run on any thread beside them, one call at a time per
  * request. drt_finalize only once every other call on the communicator has
  * returned and every request was waited for. The ranks must issue
