@@ -92,6 +92,8 @@ struct drt_comm {
     unsigned char *bounce;    /* TCP receive-and-reduce staging */
     coll_set_t cpu;           /* host buffers: world, node, rail on the CPU backend */
     struct gpu *gpu;          /* gpu.c: device, NCCL communicators; NULL before use */
+    void *gpu_child;          /* gpucomm.c: the world's ncclCommShrink result, for the
+                               * next attach (drt_shrink); NULL otherwise */
     /* progress thread for non-blocking collectives */
     pthread_t thread;
     int thread_started, stopping;
@@ -257,6 +259,13 @@ int request_wait_timed(drt_request_t *r, double *busy, drt_error_t *err);
 /* gpu.c: the GPU path's state, freed by drt_finalize (after aborting
  * outstanding NCCL work) */
 void gpu_finalize(drt_comm_t *c);
+/* drt_shrink's GPU half: gpu_pause stops the watchdog (the agreement uses
+ * the sockets it looks at); gpu_shrink, once the members m[0..n) (old
+ * ranks, ascending) are agreed, ends the communicators: the world's
+ * shrunk in place where NCCL can (ncclCommShrink), the rest aborted, all
+ * made again at the next GPU call */
+void gpu_pause(drt_comm_t *c);
+void gpu_shrink(drt_comm_t *c, const uint32_t *m, int n);
 /* drt_gpu_iallreduce's requests: request.c wraps them, gpu.c polls them */
 struct gpu_req;
 drt_request_t *request_gpu(drt_comm_t *c, struct gpu_req *g);

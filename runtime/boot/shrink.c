@@ -403,14 +403,14 @@ static int rebuild(drt_comm_t *c, const uint32_t *m, int n, drt_error_t *err)
     return cpu_set_init(c) < 0 ? rt_fail(err, "shrink: out of memory") : 0;
 }
 
-/* What was running stops: queued requests fail at once (abort), the GPU
- * path's communicators are aborted (they are made again at the next call). */
+/* What was running stops: queued requests fail at once (abort); the GPU
+ * path's watchdog stops, its communicators wait for the members (gpu_shrink). */
 static void quiesce(drt_comm_t *c)
 {
     __atomic_store_n(&c->abort, 1, __ATOMIC_RELEASE);
     request_drain(c);
     __atomic_store_n(&c->abort, 0, __ATOMIC_RELEASE);
-    gpu_finalize(c);
+    gpu_pause(c);
 }
 
 int drt_shrink(drt_comm_t *c, drt_shrink_info_t *info, drt_error_t *err)
@@ -422,8 +422,12 @@ int drt_shrink(drt_comm_t *c, drt_shrink_info_t *info, drt_error_t *err)
     if (!m)
         return rt_fail(err, "shrink: out of memory");
     quiesce(c);
-    if (agree(c, deadline, m, &n, err) < 0)
+    if (agree(c, deadline, m, &n, err) < 0) {
+        gpu_finalize(c);
         goto out;
+    }
+    /* before the renumbering: the world communicator drops old ranks */
+    gpu_shrink(c, m, n);
     if (record(c, m, n, info) < 0) {
         rt_fail(err, "shrink: out of memory");
         goto out;

@@ -170,6 +170,11 @@ static int load(cuda_api_t *a, drt_error_t *err)
         return fail(err, "ddprt: %s is NCCL %d, older than 2.14 (non-blocking "
                     "communicators); set DDPRT_NCCL_LIBRARY to a newer libnccl.so.2",
                     a->nccl_file, a->nccl_version);
+#ifdef CUDALOAD_SHRINK
+    /* optional: shrink in place needs 2.27's; without it, re-create */
+    if (a->nccl_version >= 22700)
+        *(void **)&a->ncclCommShrink = dlsym(a->nccl, "ncclCommShrink");
+#endif
     return 0;
 }
 

@@ -29,6 +29,8 @@
  *   ncclCommFinalize ncclCommDestroy ncclGroupStart ncclGroupEnd
  *   ncclAllReduce ncclReduceScatter ncclAllGather ncclBroadcast
  *   ncclRedOpCreatePreMulSum ncclRedOpDestroy
+ * and, where the headers declare it (NCCL 2.27 on, CUDALOAD_SHRINK), the
+ * optional ncclCommShrink: NULL when the loaded library is older or lacks it.
  * Without the headers (configure found none) cudaload() only fails, saying
  * so, and the table is not declared. */
 #ifndef DDPRT_CUDALOAD_H
@@ -56,6 +58,9 @@
     X(ncclAllReduce) X(ncclReduceScatter) X(ncclAllGather) X(ncclBroadcast) \
     X(ncclRedOpCreatePreMulSum) X(ncclRedOpDestroy)
 #define CUDALOAD_FIELD(f) __typeof__(f) *f;
+#ifdef NCCL_SHRINK_ABORT
+#define CUDALOAD_SHRINK 1
+#endif
 
 typedef struct {
     void *cudart, *nccl;           /* the dlopen handles (never closed) */
@@ -65,6 +70,9 @@ typedef struct {
     int nccl_version;              /* ncclGetVersion: 22809 is 2.28.9 */
     CUDALOAD_CUDART(CUDALOAD_FIELD)
     CUDALOAD_NCCL(CUDALOAD_FIELD)
+#ifdef CUDALOAD_SHRINK
+    CUDALOAD_FIELD(ncclCommShrink)
+#endif
 } cuda_api_t;
 #else
 typedef struct cuda_api cuda_api_t;

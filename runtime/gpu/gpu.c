@@ -87,6 +87,16 @@ void gpu_finalize(drt_comm_t *c)
     (void)c;
 }
 
+void gpu_pause(drt_comm_t *c)
+{
+    (void)c;
+}
+
+void gpu_shrink(drt_comm_t *c, const uint32_t *m, int n)
+{
+    (void)c, (void)m, (void)n;
+}
+
 int gpu_buf_alloc(drt_comm_t *c, size_t bytes, void **p, drt_error_t *err)
 {
     (void)c, (void)bytes;
@@ -321,7 +331,8 @@ int drt_gpu_sync(drt_comm_t *c, void *stream, drt_error_t *err)
 
 /* ---- the end ---- */
 
-void gpu_finalize(drt_comm_t *c)
+/* the state freed; c->gpu_child (drt_shrink's) stays */
+static void gpu_release(drt_comm_t *c)
 {
     struct gpu *g = c->gpu;
 
@@ -341,6 +352,36 @@ void gpu_finalize(drt_comm_t *c)
     pthread_mutex_destroy(&g->mu);
     free(g);
     c->gpu = NULL;
+}
+
+void gpu_finalize(drt_comm_t *c)
+{
+    gpu_release(c);
+    gpu_child_drop(c);
+}
+
+void gpu_pause(drt_comm_t *c)
+{
+    if (c->gpu && c->gpu->dog_started)
+        gpu_watch_stop(c->gpu);
+}
+
+void gpu_shrink(drt_comm_t *c, const uint32_t *m, int n)
+{
+    struct gpu *g = c->gpu;
+    int *excl = g ? calloc((size_t)c->size, sizeof(int)) : NULL;
+    int nexcl = 0;
+
+    for (int r = 0, i = 0; excl && r < c->size; r++) {
+        if (i < n && m[i] == (uint32_t)r)
+            i++;
+        else
+            excl[nexcl++] = r;
+    }
+    if (g && g->dog_started)
+        gpu_comms_shrink(g, excl, excl ? nexcl : 0);
+    free(excl);
+    gpu_release(c);
 }
 
 /* ---- device memory for the gradient buckets (bucket.c) ---- */

@@ -68,7 +68,12 @@ struct gpu {
     struct teardown *td;        /* the abort or destroy under way, or NULL */
     int td_stuck;               /* it never returned: leave the device alone */
     int pipelined;              /* NCCL_LAUNCH_ORDER_IMPLICIT in effect */
+    int can_shrink;             /* ncclCommShrink there and not turned off */
+    double lost_at;             /* a rank lost, communicators kept for drt_shrink (mu) */
 };
+
+/* how long a loss keeps the communicators for drt_shrink (gpuwatch.c) */
+#define SHRINK_GRACE 2.0
 
 /* nccl.c: the backend */
 extern const group_ops_t nccl_group_ops;
@@ -96,6 +101,12 @@ int gpu_local_setup(struct gpu *g, int device, drt_error_t *err);
  * on every rank or on none (mine: this rank's gpu_local_setup result, so
  * a rank that failed there still takes part); the set over them */
 int gpu_comms_attach(struct gpu *g, int mine, drt_error_t *err);
+/* drt_shrink's: the communicators taken away and ended, the world's shrunk
+ * in place (without the old ranks excl[0..nexcl)) where g->can_shrink, the
+ * new one left in c->gpu_child for the next attach; the rest aborted */
+void gpu_comms_shrink(struct gpu *g, int *excl, int nexcl);
+/* the shrunk world communicator nobody adopted: aborted */
+void gpu_child_drop(drt_comm_t *c);
 
 /* gpuwatch.c */
 /* record the failure (the first wins) and start aborting every
@@ -112,6 +123,11 @@ void gpu_idle(unsigned spins);
  * returned, -1 when it is left behind (g->td_stuck: the device's streams
  * may never drain, so nothing may wait on them) */
 int gpu_teardown_wait(struct gpu *g, int destroy);
+/* drt_shrink's teardown: node and rail aborted, the world shrunk without
+ * the old ranks excl[0..nexcl) with NCCL_SHRINK_ABORT, then aborted, all on
+ * the teardown's thread, waited for as above; the new world communicator
+ * (its init in progress), or NULL with why */
+ncclComm_t gpu_teardown_shrink(struct gpu *g, int *excl, int nexcl, char *why, size_t len);
 int gpu_watch_start(struct gpu *g, drt_error_t *err);
 void gpu_watch_stop(struct gpu *g);
 /* the watchdog's: an event after collective seq's work on s */

@@ -75,6 +75,8 @@ static int comm_start(struct gpu *g, const id_msg_t m[GPU_GROUPS], drt_error_t *
         group_t *cg = cpu_group(g->c, i);
         ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
         ncclResult_t rc;
+        if (g->ng[i].comm) /* the world, shrunk in place (adopt) */
+            continue;
         if (!m[i].ok)
             return rt_fail(err, "ddprt: rank %d could not make the NCCL %s communicator's id "
                            "(ncclGetUniqueId failed there)", cg->ranks[0], g->ng[i].name);
@@ -207,12 +209,60 @@ static void set_init(struct gpu *g)
         g->groups[GPU_RAIL].ops = &staged_rail_ops;
     if (!(g->pipelined = order_in_effect(g, &why)))
         rt_log(c, "GPU: hier runs unpipelined: %s", why);
+#ifdef CUDALOAD_SHRINK
+    {
+        const char *v = getenv("DDPRT_GPU_SHRINK");
+        g->can_shrink = g->api->ncclCommShrink && !(v && !strcmp(v, "0"));
+    }
+#endif
     g->set = (coll_set_t){.c = c, .world = &g->groups[GPU_WORLD], .node = &g->groups[GPU_NODE],
                           .rail = &g->groups[GPU_RAIL], .ops = &nccl_set_ops,
                           .uniform = c->uniform, .nnodes = c->nnodes, .equal_chunks = 1,
                           .pipe_min = g->pipelined ? PIPE_MIN_GPU : 0, .impl = g};
     for (int i = 0; i < 64; i++)
         g->set.sizes[i].choice = -1;
+}
+
+void gpu_child_drop(drt_comm_t *c)
+{
+    const cuda_api_t *a = cudaload(NULL);
+
+    if (c->gpu_child && a)
+        a->ncclCommAbort((ncclComm_t)c->gpu_child);
+    c->gpu_child = NULL;
+}
+
+/* drt_shrink's world communicator, taken when every rank has one (else
+ * each would wait for the others' shrink); otherwise made again from an id
+ * like the node and rail ones. Every rank takes part. */
+static int adopt(struct gpu *g, drt_error_t *err)
+{
+    drt_comm_t *c = g->c;
+    double have = c->gpu_child ? 1 : 0;
+
+    if (drt_allreduce(c, &have, &have, 1, DRT_FLOAT64, DRT_MIN, err) < 0)
+        return -1;
+    if (have == 1) {
+        g->ng[GPU_WORLD].comm = (ncclComm_t)c->gpu_child;
+        c->gpu_child = NULL;
+        rt_log(c, "GPU: the world communicator was shrunk in place (ncclCommShrink)");
+    } else if (c->gpu_child) {
+        rt_log(c, "GPU: a rank could not shrink the world communicator: made again");
+        gpu_child_drop(c);
+    }
+    return 0;
+}
+
+void gpu_comms_shrink(struct gpu *g, int *excl, int nexcl)
+{
+    char why[240];
+
+    if (!g->can_shrink || nexcl == 0) {
+        gpu_teardown_wait(g, 0);
+        return;
+    }
+    if (!(g->c->gpu_child = gpu_teardown_shrink(g, excl, nexcl, why, sizeof(why))))
+        rt_log(g->c, "GPU: ncclCommShrink: %s (the world communicator is made again)", why);
 }
 
 /* mine: this rank's setup so far (gpu_local_setup's result) */
@@ -224,7 +274,7 @@ int gpu_comms_attach(struct gpu *g, int mine, drt_error_t *err)
     if (agree_ready(c, mine, "use its GPU, so no NCCL communicator was made", err) < 0)
         return -1;
     set_init(g);
-    if (comm_ids(g, ids, err) < 0)
+    if (adopt(g, err) < 0 || comm_ids(g, ids, err) < 0)
         return -1;
     if ((mine = comm_start(g, ids, err)) < 0) /* the peers' inits would wait for it */
         notice_send_kind(c, c->rank, NOTICE_GPU_INIT, c->seq);

@@ -62,6 +62,9 @@ struct teardown {
     const cuda_api_t *api;
     ncclComm_t comm[GPU_GROUPS];
     int destroy, done, refs;
+    int *excl, nexcl;  /* > 0: shrink the world without these old ranks */
+    ncclComm_t child;  /* ...the shrunk world, or NULL with why */
+    char why[240];
     pthread_mutex_t m;
     pthread_cond_t cv;
 };
@@ -76,15 +79,55 @@ static void teardown_put(struct teardown *t)
     if (last) {
         pthread_mutex_destroy(&t->m);
         pthread_cond_destroy(&t->cv);
+        free(t->excl);
         free(t);
     }
 }
+
+#ifdef CUDALOAD_SHRINK
+/* drt_shrink's: node and rail aborted in the same group as the shrink, so
+ * every abort flag is set before the shrink waits for the world's last
+ * kernel (it may sit behind theirs on a stream); the parent is then
+ * aborted, never destroyed (a destroy after an abortive shrink can wait
+ * forever: pytorch/pytorch#194679) */
+static void shrink_run(struct teardown *t)
+{
+    const cuda_api_t *a = t->api;
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    ncclResult_t rc, end;
+
+    cfg.blocking = 0;
+    cfg.commName = "ddprt world";
+    a->ncclGroupStart();
+    for (int i = GPU_NODE; i < GPU_GROUPS; i++)
+        if (t->comm[i])
+            a->ncclCommAbort(t->comm[i]);
+    rc = a->ncclCommShrink(t->comm[GPU_WORLD], t->excl, t->nexcl, &t->child, &cfg,
+                           NCCL_SHRINK_ABORT);
+    end = a->ncclGroupEnd();
+    if (rc == ncclSuccess)
+        rc = end;
+    if (rc != ncclSuccess && rc != ncclInProgress) {
+        snprintf(t->why, sizeof(t->why), "%s: %s", a->ncclGetErrorString(rc),
+                 a->ncclGetLastError(t->comm[GPU_WORLD]));
+        if (t->child)
+            a->ncclCommAbort(t->child);
+        t->child = NULL;
+    }
+    a->ncclCommAbort(t->comm[GPU_WORLD]);
+}
+#endif
 
 static void *teardown_run(void *arg)
 {
     struct teardown *t = arg;
     const cuda_api_t *a = t->api;
 
+#ifdef CUDALOAD_SHRINK
+    if (t->nexcl > 0)
+        shrink_run(t);
+    else
+#endif
     if (t->destroy) { /* a clean end: all work is done, nothing waits on another */
         for (int i = 0; i < GPU_GROUPS; i++)
             if (t->comm[i])
@@ -107,7 +150,7 @@ static void *teardown_run(void *arg)
 /* take the communicators away from every caller (issue held), then start
  * ending them; g->td is the teardown (one at a time: later calls find no
  * communicator left) */
-static void teardown_start(struct gpu *g, int destroy)
+static void teardown_begin(struct gpu *g, int destroy, int *excl, int nexcl)
 {
     ncclComm_t comm[GPU_GROUPS];
     struct teardown *t;
@@ -120,14 +163,18 @@ static void teardown_start(struct gpu *g, int destroy)
         g->ng[i].comm = NULL;
     }
     pthread_mutex_unlock(&g->issue);
-    if (!any)
+    if (!any) {
+        free(excl);
         return;
+    }
     if (!(t = calloc(1, sizeof(*t)))) {
         rt_warn(g->c, "ddprt: out of memory: the NCCL communicators are left as they are");
+        free(excl);
         return;
     }
     *t = (struct teardown){.api = g->api, .comm = {comm[0], comm[1], comm[2]},
-                           .destroy = destroy, .refs = 2};
+                           .destroy = destroy, .refs = 2, .excl = excl,
+                           .nexcl = comm[GPU_WORLD] && excl ? nexcl : 0};
     pthread_mutex_init(&t->m, NULL);
     pthread_cond_init(&t->cv, NULL);
     pthread_mutex_lock(&g->mu);
@@ -140,13 +187,18 @@ static void teardown_start(struct gpu *g, int destroy)
     pthread_detach(th);
 }
 
-int gpu_teardown_wait(struct gpu *g, int destroy)
+static void teardown_start(struct gpu *g, int destroy)
+{
+    teardown_begin(g, destroy, NULL, 0);
+}
+
+/* the teardown under way, waited for (bounded); *child: a shrink's result */
+static int teardown_wait(struct gpu *g, ncclComm_t *child, char *why, size_t len)
 {
     struct teardown *t;
     struct timespec until;
     int done;
 
-    teardown_start(g, destroy);
     pthread_mutex_lock(&g->mu);
     t = g->td;
     g->td = NULL;
@@ -167,8 +219,33 @@ int gpu_teardown_wait(struct gpu *g, int destroy)
                 g->c->timeout);
         g->td_stuck = 1;
     }
+    if (child && done) {
+        *child = t->child;
+        snprintf(why, len, "%s", t->why);
+    }
     teardown_put(t);
     return done ? 0 : -1;
+}
+
+int gpu_teardown_wait(struct gpu *g, int destroy)
+{
+    teardown_start(g, destroy);
+    return teardown_wait(g, NULL, NULL, 0);
+}
+
+ncclComm_t gpu_teardown_shrink(struct gpu *g, int *excl, int nexcl, char *why, size_t len)
+{
+    ncclComm_t child = NULL;
+    int *mine = malloc((size_t)nexcl * sizeof(int)); /* NCCL sorts it: the thread's own */
+
+    snprintf(why, len, mine ? "the communicators were aborted already (an error before the "
+             "loss, or no drt_shrink within the grace)" : "out of memory");
+    if (mine)
+        memcpy(mine, excl, (size_t)nexcl * sizeof(int));
+    teardown_begin(g, 0, mine, nexcl);
+    if (teardown_wait(g, &child, why, len) < 0)
+        snprintf(why, len, "it did not return within DDPRT_TIMEOUT");
+    return child;
 }
 
 int gpu_fail(struct gpu *g, drt_error_t *err, const char *fmt, ...)
@@ -190,6 +267,53 @@ int gpu_fail(struct gpu *g, drt_error_t *err, const char *fmt, ...)
         teardown_start(g, 0);
     }
     return gpu_failed(g, err);
+}
+
+/* A rank lost: recorded like gpu_fail, but where drt_shrink can shrink the
+ * world communicator in place (ncclCommShrink aborts its in-flight work
+ * itself) the communicators stay for SHRINK_GRACE, so a caller that goes
+ * to drt_shrink at once finds them; the watchdog aborts them after that,
+ * so a caller that waits on its stream instead is not left hanging. */
+static void gpu_lose(struct gpu *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void gpu_lose(struct gpu *g, const char *fmt, ...)
+{
+    va_list ap;
+    int first;
+
+    pthread_mutex_lock(&g->mu);
+    first = !g->failed;
+    if (first) {
+        va_start(ap, fmt);
+        vsnprintf(g->failure.text, sizeof(g->failure.text), fmt, ap);
+        va_end(ap);
+        g->failed = 1;
+        g->lost_at = g->can_shrink ? rt_now() : 0;
+    }
+    pthread_mutex_unlock(&g->mu);
+    if (first && !g->can_shrink) {
+        rt_log(g->c, "%s: aborting the NCCL communicators", g->failure.text);
+        teardown_start(g, 0);
+    } else if (first) {
+        rt_log(g->c, "%s: the NCCL communicators wait %gs for drt_shrink", g->failure.text,
+               SHRINK_GRACE);
+    }
+}
+
+/* the grace after a loss passed without drt_shrink: abort as gpu_fail would */
+static void lose_expired(struct gpu *g)
+{
+    int expired;
+
+    pthread_mutex_lock(&g->mu);
+    expired = g->lost_at > 0 && rt_now() > g->lost_at + SHRINK_GRACE;
+    if (expired)
+        g->lost_at = 0;
+    pthread_mutex_unlock(&g->mu);
+    if (expired) {
+        rt_log(g->c, "no drt_shrink within %gs of the loss: aborting the NCCL communicators",
+               SHRINK_GRACE);
+        teardown_start(g, 0);
+    }
 }
 
 /* collective seq's work: its event said rc, or (cudaErrorNotReady) it is late */
@@ -381,8 +505,10 @@ static void watch_once(struct gpu *g)
     char where[64];
     int n, dead;
 
-    if (gpu_failed(g, NULL) < 0)
+    if (gpu_failed(g, NULL) < 0) {
+        lose_expired(g);
         return;
+    }
     if ((n = work_check(g, &seq, &bad)) < 0) {
         fail_work(g, seq, bad, NULL);
     } else if (async_check(g, why, sizeof(why)) < 0) {
@@ -392,15 +518,19 @@ static void watch_once(struct gpu *g)
     } else if (n > 0 &&
                notice_check(g->c, NOTICE_DIED_ONLY | 1u << NOTICE_GPU_ERROR, &notice) < 0) {
         /* only while GPU work is out: the CPU path reads the same socket */
-        gpu_fail(g, NULL, "ddprt: GPU collective #%llu failed: %s", (unsigned long long)seq,
-                 notice.text);
+        if (__atomic_load_n(&g->c->nlost, __ATOMIC_ACQUIRE) > 0) /* a rank died */
+            gpu_lose(g, "ddprt: GPU collective #%llu failed: %s", (unsigned long long)seq,
+                     notice.text);
+        else
+            gpu_fail(g, NULL, "ddprt: GPU collective #%llu failed: %s",
+                     (unsigned long long)seq, notice.text);
     } else if (n > 0 && (dead = dead_peer(g->c)) >= 0) {
         /* tell every rank, as the CPU path does: theirs may only time out */
         rt_mark_lost(g->c, dead);
         notice_send_kind(g->c, dead, NOTICE_DIED, seq);
-        gpu_fail(g, NULL, "ddprt: rank %d (%s) died during GPU collective #%llu (seen by "
-                 "rank %d)", dead, rt_where(g->c, dead, where, sizeof(where)),
-                 (unsigned long long)seq, g->c->rank);
+        gpu_lose(g, "ddprt: rank %d (%s) died during GPU collective #%llu (seen by rank %d)",
+                 dead, rt_where(g->c, dead, where, sizeof(where)), (unsigned long long)seq,
+                 g->c->rank);
     }
 }
 
@@ -432,10 +562,14 @@ int gpu_watch_start(struct gpu *g, drt_error_t *err)
 
 void gpu_watch_stop(struct gpu *g)
 {
+    int already;
+
     pthread_mutex_lock(&g->mu);
+    already = g->dog_stop;
     g->dog_stop = 1;
     pthread_mutex_unlock(&g->mu);
-    pthread_join(g->dog, NULL);
+    if (!already) /* drt_shrink stops it before drt_finalize does */
+        pthread_join(g->dog, NULL);
 }
 
 /* ---- requests: an event, polled ---- */

@@ -222,7 +222,8 @@ static int parse_fault(char *s, struct fault *f)
         return -1;
     }
     if (strcmp(s, "hang") && strcmp(s, "error") && strcmp(s, "exit") && strcmp(s, "delay") &&
-        strcmp(s, "initfail") && strcmp(s, "abortslow") && strcmp(s, "recordfail"))
+        strcmp(s, "initfail") && strcmp(s, "abortslow") && strcmp(s, "recordfail") &&
+        strcmp(s, "shrinkfail"))
         return -1;
     scopy(f->kind, sizeof(f->kind), s);
     scopy(f->comm, sizeof(f->comm), fld[0]);
@@ -2021,6 +2022,8 @@ typedef struct comm {
     uint64_t bar;                /* barriers passed (the kernels') */
     int kernels;                 /* enqueued, not finished */
     int aborted;                 /* atomic */
+    int shrunk;                  /* an abortive ncclCommShrink's parent: abort only */
+    int nshrink;                 /* shrinks made from it (names their segments) */
 } comm_t;
 
 static comm_t **comms;
@@ -2273,36 +2276,31 @@ static void comm_free(comm_t *c)
     free(c);
 }
 
-API ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks, ncclUniqueId id, int rank,
-                                        ncclConfig_t *cfg)
+static int config_bad(const char *call, const ncclConfig_t *cfg, ncclResult_t *rc)
 {
-    id_t_ x;
+    if (cfg && (cfg->magic != 0xcafebeef || cfg->size != sizeof(ncclConfig_t)))
+        *rc = nccl_bad(ncclInvalidArgument, "%s: config not made with NCCL_CONFIG_INITIALIZER",
+                       call);
+    else if (cfg && cfg->blocking != NCCL_CONFIG_UNDEF_INT && cfg->blocking != 0 &&
+             cfg->blocking != 1)
+        *rc = nccl_bad(ncclInvalidArgument, "%s: Invalid config blocking attribute value %d",
+                       call, cfg->blocking); /* NCCL's own words */
+    else
+        return 0;
+    return 1;
+}
+
+/* a new communicator, rank of nranks, over x's segment, on visible device
+ * dev (-1: the thread's): an init's or a shrink's (name: when cfg gives none) */
+static ncclResult_t comm_make(ncclComm_t *out, int nranks, int rank, const id_t_ *xp,
+                              ncclConfig_t *cfg, const char *name, int dev)
+{
+    id_t_ x = *xp;
     comm_t *c;
-    int dev;
     const struct fault *f;
 
-    NCCL_READY();
-    memcpy(&x, id.internal, sizeof(x));
-    if (!out)
-        return nccl_bad(ncclInvalidArgument, "ncclCommInitRankConfig: comm is NULL");
-    *out = NULL;
-    if (nranks < 1 || nranks > 1024 || rank < 0 || rank >= nranks)
-        return nccl_bad(ncclInvalidArgument, "ncclCommInitRankConfig: rank %d of %d ranks",
-                        rank, nranks);
-    if (x.magic != ID_MAGIC || strncmp(x.name, "/ddp-gpu-standin-", 17) ||
-        !memchr(x.name, 0, sizeof(x.name)))
-        return nccl_bad(ncclInvalidArgument, "ncclCommInitRankConfig: not an id from "
-                        "ncclGetUniqueId");
-    if (cfg && (cfg->magic != 0xcafebeef || cfg->size != sizeof(ncclConfig_t)))
-        return nccl_bad(ncclInvalidArgument, "ncclCommInitRankConfig: config not made with "
-                        "NCCL_CONFIG_INITIALIZER");
-    if (cfg && cfg->blocking != NCCL_CONFIG_UNDEF_INT && cfg->blocking != 0 && cfg->blocking != 1)
-        return nccl_bad(ncclInvalidArgument, "ncclCommInitRankConfig: Invalid config blocking "
-                        "attribute value %d", cfg->blocking); /* NCCL's own words */
-    if (t_group)
-        return nccl_bad(ncclInvalidUsage, "ncclCommInitRankConfig inside ncclGroupStart/End: not "
-                        "modelled by the stand-in");
-    dev = cur_dev();
+    if (dev < 0)
+        dev = cur_dev();
     if (!(c = calloc(1, sizeof(*c))))
         return ncclSystemError;
     c->magic = COMM_MAGIC;
@@ -2311,7 +2309,7 @@ API ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks, ncclUniqueI
     c->dev = dev;
     c->phys = vis_map[dev];
     c->blocking = !cfg || cfg->blocking != 0;
-    scopy(c->name, sizeof(c->name), cfg && cfg->commName ? cfg->commName : "");
+    scopy(c->name, sizeof(c->name), cfg && cfg->commName ? cfg->commName : name);
     if ((f = fault_for(c, ",initfail,", 0))) {
         c->initfail = 1;
         c->state = 2;
@@ -2353,6 +2351,144 @@ API ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks, ncclUniqueI
     pthread_mutex_unlock(&G);
     *out = (ncclComm_t)c;
     return ncclSuccess;
+}
+
+API ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks, ncclUniqueId id, int rank,
+                                        ncclConfig_t *cfg)
+{
+    id_t_ x;
+    ncclResult_t rc;
+
+    NCCL_READY();
+    memcpy(&x, id.internal, sizeof(x));
+    if (!out)
+        return nccl_bad(ncclInvalidArgument, "ncclCommInitRankConfig: comm is NULL");
+    *out = NULL;
+    if (nranks < 1 || nranks > 1024 || rank < 0 || rank >= nranks)
+        return nccl_bad(ncclInvalidArgument, "ncclCommInitRankConfig: rank %d of %d ranks",
+                        rank, nranks);
+    if (x.magic != ID_MAGIC || strncmp(x.name, "/ddp-gpu-standin-", 17) ||
+        !memchr(x.name, 0, sizeof(x.name)))
+        return nccl_bad(ncclInvalidArgument, "ncclCommInitRankConfig: not an id from "
+                        "ncclGetUniqueId");
+    if (config_bad("ncclCommInitRankConfig", cfg, &rc))
+        return rc;
+    if (t_group)
+        return nccl_bad(ncclInvalidUsage, "ncclCommInitRankConfig inside ncclGroupStart/End: not "
+                        "modelled by the stand-in");
+    return comm_make(out, nranks, rank, &x, cfg, "", -1);
+}
+
+static comm_t *comm_work_locked(ncclComm_t h, const char *call, ncclResult_t *rc, char *why,
+                                size_t len);
+
+/* the excluded list: in range, no repeats, not the caller; -1 with why */
+static int excl_check(const comm_t *p, const int *excl, int nexcl, int *below, char *why,
+                      size_t len)
+{
+    *below = 0;
+    for (int i = 0; i < nexcl; i++) {
+        if (excl[i] < 0 || excl[i] >= p->nranks || excl[i] == p->rank) {
+            snprintf(why, len, "ncclCommShrink on '%s' (rank %d of %d): excluded rank %d is %s",
+                     p->name, p->rank, p->nranks, excl[i],
+                     excl[i] == p->rank ? "the caller (excluded ranks must not call it)"
+                                        : "out of range");
+            return -1;
+        }
+        for (int j = 0; j < i; j++)
+            if (excl[j] == excl[i]) {
+                snprintf(why, len, "ncclCommShrink on '%s': rank %d excluded twice", p->name,
+                         excl[i]);
+                return -1;
+            }
+        *below += excl[i] < p->rank;
+    }
+    return 0;
+}
+
+/* NCCL_SHRINK_ABORT: the parent's kernels end (their abort flag), then it
+ * takes only ncclCommAbort. A kernel queued behind another communicator's
+ * running one never ends: said once after 5 s (abort that one first, in
+ * the same group), then waited for as NCCL would (G held) */
+static void shrink_abort_locked(comm_t *p)
+{
+    double t0 = now_s();
+    int said = 0;
+
+    __atomic_store_n(&p->aborted, 1, __ATOMIC_RELEASE);
+    pthread_cond_broadcast(&G_cv);
+    while (p->kernels > 0) {
+        if (!said && now_s() - t0 > 5) {
+            said = 1;
+            violation_locked();
+            fprintf(stderr, "ddp-gpu-standin: ncclCommShrink(NCCL_SHRINK_ABORT) on '%s' waits "
+                    "for %d kernel(s) queued behind another communicator's running kernel "
+                    "(abort that one first, in the same ncclGroupStart/End)\n", p->name,
+                    p->kernels);
+        }
+        g_wait();
+    }
+    p->shrunk = 1;
+}
+
+API ncclResult_t ncclCommShrink(ncclComm_t h, int *excl, int nexcl, ncclComm_t *out,
+                                ncclConfig_t *cfg, int flags)
+{
+    char why[300];
+    ncclResult_t rc;
+    comm_t *p;
+    id_t_ x = {ID_MAGIC, 0, {0}};
+    int below, n, dev;
+
+    NCCL_READY();
+    if (!out)
+        return nccl_bad(ncclInvalidArgument, "ncclCommShrink: newcomm is NULL");
+    *out = NULL;
+    if (flags != NCCL_SHRINK_DEFAULT && flags != NCCL_SHRINK_ABORT)
+        return nccl_bad(ncclInvalidArgument, "ncclCommShrink: shrinkFlags %d", flags);
+    if (!excl || nexcl <= 0) /* NCCL's own check: a shrink drops someone */
+        return nccl_bad(ncclInvalidArgument, "ncclCommShrink: excludeRanksList %p, count %d",
+                        (void *)excl, nexcl);
+    if (config_bad("ncclCommShrink", cfg, &rc))
+        return rc;
+    if (t_group && (!cfg || cfg->blocking != 0))
+        return nccl_bad(ncclInvalidUsage, "ncclCommShrink of a blocking communicator inside "
+                        "ncclGroupStart/End: not modelled by the stand-in");
+    pthread_mutex_lock(&G);
+    if (!(p = comm_work_locked(h, "ncclCommShrink", &rc, why, sizeof(why))) ||
+        (rc = ncclInvalidArgument, excl_check(p, excl, nexcl, &below, why, sizeof(why)) < 0)) {
+        pthread_mutex_unlock(&G);
+        return nccl_bad(rc, "%s", why);
+    }
+    if (p->async != ncclSuccess) { /* NCCL's ncclCommEnsureReady keeps the parent's error */
+        rc = p->async;
+        scopy(t_nccl_msg, sizeof(t_nccl_msg), p->lastmsg);
+        pthread_mutex_unlock(&G);
+        return rc;
+    }
+    if (!(flags & NCCL_SHRINK_ABORT) && p->kernels > 0) {
+        pthread_mutex_unlock(&G);
+        return nccl_bad(ncclInvalidUsage, "ncclCommShrink(NCCL_SHRINK_DEFAULT) on '%s' with %d "
+                        "collective(s) in flight: NCCL assumes none (NCCL_SHRINK_ABORT ends "
+                        "them)", p->name, p->kernels);
+    }
+    if (fault_for(p, ",shrinkfail,", 0)) {
+        comm_msg(p, "injected fault: shrinkfail of '%s' on rank %d", p->name, my_rank);
+        scopy(t_nccl_msg, sizeof(t_nccl_msg), p->lastmsg);
+        pthread_mutex_unlock(&G);
+        return ncclSystemError;
+    }
+    if (flags & NCCL_SHRINK_ABORT)
+        shrink_abort_locked(p);
+    /* every survivor names the same segment without talking: the parent's, numbered */
+    x.pid = p->hdr->creator;
+    snprintf(x.name, sizeof(x.name), "%.50s.%d", p->shm_name, ++p->nshrink);
+    n = p->nranks - nexcl;
+    below = p->rank - below;
+    scopy(why, sizeof(why), p->name);
+    dev = p->dev; /* the parent's, whichever thread calls (NCCL: comm->cudaDev) */
+    pthread_mutex_unlock(&G);
+    return comm_make(out, n, below, &x, cfg, why, dev);
 }
 
 API ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId id, int rank)
@@ -2437,6 +2573,13 @@ static comm_t *comm_use_locked(ncclComm_t h, const char *call, ncclResult_t *rc,
     if (c->state == 0 && joined_check_locked(c) == 0) {
         snprintf(why, len, "%s on '%s': its init is still in progress (NCCL: no call on a "
                  "communicator in progress)", call, c->name);
+        return NULL;
+    }
+    if (c->shrunk) {
+        *rc = ncclInvalidUsage;
+        snprintf(why, len, "%s on '%s' after an abortive ncclCommShrink: only ncclCommAbort may "
+                 "follow (a destroy there can wait forever: pytorch/pytorch#194679)", call,
+                 c->name);
         return NULL;
     }
     if (c->pending || c->finalizing == 1) {
