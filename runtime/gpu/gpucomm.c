@@ -225,9 +225,11 @@ static void set_init(struct gpu *g)
 
 void gpu_child_drop(drt_comm_t *c)
 {
-    const cuda_api_t *a = cudaload(NULL);
+    const cuda_api_t *a;
 
-    if (c->gpu_child && a)
+    if (!c->gpu_child) /* and never load the libraries into a CPU-only run */
+        return;
+    if ((a = cudaload(NULL)))
         a->ncclCommAbort((ncclComm_t)c->gpu_child);
     c->gpu_child = NULL;
 }

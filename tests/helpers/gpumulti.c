@@ -22,7 +22,10 @@
  *   shrink         20 steps of allreduce + drt_gpu_sync; the rank whose
  *                  RANK is GPUMULTI_DIE SIGKILLs itself at step 3, the
  *                  survivors get DRT_ELOST, drt_shrink and go on with new
- *                  NCCL communicators: "world N -> M, S steps, W wrong" */
+ *                  NCCL communicators: "world N -> M, S steps, W wrong";
+ *                  with GPUMULTI_WAIT_STREAM=1 they first wait on their
+ *                  stream, as a caller that ignores DRT_ELOST would:
+ *                  "stream wait after the loss: T s" */
 #include "config.h"
 
 #include <cuda_runtime_api.h>
@@ -50,6 +53,7 @@ static struct {
     cudaError_t (*memcpy_async)(void *, const void *, size_t, enum cudaMemcpyKind, cudaStream_t);
     cudaError_t (*stream_create)(cudaStream_t *, unsigned);
     cudaError_t (*stream_destroy)(cudaStream_t);
+    cudaError_t (*stream_sync)(cudaStream_t);
     ncclResult_t (*nccl_version)(int *);
     int (*stats)(struct ddp_standin_stats *);
 } cu;
@@ -91,10 +95,11 @@ static int load(void)
     *(void **)&cu.memcpy_async = dlsym(h, "cudaMemcpyAsync");
     *(void **)&cu.stream_create = dlsym(h, "cudaStreamCreateWithFlags");
     *(void **)&cu.stream_destroy = dlsym(h, "cudaStreamDestroy");
+    *(void **)&cu.stream_sync = dlsym(h, "cudaStreamSynchronize");
     *(void **)&cu.nccl_version = dlsym(h, "ncclGetVersion");
     *(void **)&cu.stats = dlsym(h, "ddp_standin_stats");
     if (!cu.malloc || !cu.free || !cu.memcpy || !cu.memcpy_async || !cu.stream_create ||
-        !cu.stream_destroy || !cu.nccl_version || !cu.stats) {
+        !cu.stream_destroy || !cu.stream_sync || !cu.nccl_version || !cu.stats) {
         say("%s lacks a function this test calls (not the stand-in?)", file);
         return -1;
     }
@@ -519,6 +524,11 @@ static int shrink(drt_comm_t *c)
         if ((rc = shrink_step(c, s, d, orig, &wrong, &err)) == 0) {
             steps++;
             continue;
+        }
+        if (rc == DRT_ELOST && getenv("GPUMULTI_WAIT_STREAM")) {
+            double t0 = now();
+            cu.stream_sync(s); /* its collective's kernel waits for the dead rank */
+            say("stream wait after the loss: %.1f s", now() - t0);
         }
         if (rc != DRT_ELOST || drt_shrink(c, &in, &err) < 0)
             break;

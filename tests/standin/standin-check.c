@@ -41,6 +41,7 @@
     X(cudaDeviceSynchronize) X(cudaEventSynchronize) \
     X(ncclGetVersion) X(ncclGetErrorString) X(ncclGetLastError) X(ncclGetUniqueId) \
     X(ncclCommInitRankConfig) X(ncclCommInitRank) X(ncclCommGetAsyncError) X(ncclCommAbort) \
+    X(ncclCommShrink) \
     X(ncclCommFinalize) X(ncclCommDestroy) X(ncclGroupStart) X(ncclGroupEnd) \
     X(ncclAllReduce) X(ncclReduceScatter) X(ncclAllGather) X(ncclBroadcast) \
     X(ncclRedOpCreatePreMulSum) X(ncclRedOpDestroy) X(ddp_standin_stats)
@@ -980,6 +981,71 @@ static void child_nonblocking(void)
     A.cudaStreamDestroy(s);
 }
 
+/* ncclCommShrink: ranks 0 and 1 drop rank 2, which joined the
+ * communicator and then left; their allreduce waits for it meanwhile */
+static void child_shrink(void)
+{
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    struct ddp_standin_stats st0, st1;
+    ncclResult_t rc;
+    cudaStream_t s;
+    ncclComm_t c, k = NULL;
+    float *d, h[4] = {0};
+    int ex[2] = {2, 2}, self[1] = {rank_};
+
+    A.cudaSetDevice(rank_);
+    c = init_comm(0, "check shrink", 1, &rc);
+    A.cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    A.cudaMalloc((void **)&d, sizeof(h));
+    A.cudaMemcpy(d, h, sizeof(h), cudaMemcpyHostToDevice);
+    rc = A.ncclAllReduce(d, d, 4, ncclFloat32, ncclSum, c, s); /* connects the three */
+    A.cudaStreamSynchronize(s);
+    if (rank_ == 2) {
+        say(rc == ncclSuccess, "rank 2 joins, does one allreduce, then leaves", "rc %d", rc);
+        A.ncclCommAbort(c);
+        A.cudaFree(d);
+        A.cudaStreamDestroy(s);
+        return;
+    }
+    rc = A.ncclAllReduce(d, d, 4, ncclFloat32, ncclSum, c, s);
+    say(rc == ncclSuccess, "an allreduce rank 2 never joins is in flight", "rc %d", rc);
+    say(A.ncclCommShrink(c, ex, 0, &k, NULL, NCCL_SHRINK_ABORT) == ncclInvalidArgument && !k,
+        "ncclCommShrink excluding nobody is ncclInvalidArgument (NCCL's own check)", "-");
+    say(A.ncclCommShrink(c, self, 1, &k, NULL, NCCL_SHRINK_ABORT) == ncclInvalidArgument,
+        "... excluding the caller too", "-");
+    say(A.ncclCommShrink(c, ex, 2, &k, NULL, NCCL_SHRINK_ABORT) == ncclInvalidArgument,
+        "... and a rank excluded twice", "-");
+    A.ddp_standin_stats(&st0);
+    rc = A.ncclCommShrink(c, ex, 1, &k, NULL, NCCL_SHRINK_DEFAULT);
+    A.ddp_standin_stats(&st1);
+    say(rc == ncclInvalidUsage && st1.violations == st0.violations + 1,
+        "NCCL_SHRINK_DEFAULT with a collective in flight is a contract violation", "rc %d", rc);
+    cfg.blocking = 0;
+    cfg.commName = "check shrunk";
+    rc = settle(k, A.ncclCommShrink(c, ex, 1, &k, &cfg, NCCL_SHRINK_ABORT), 20, NULL);
+    say(rc == ncclSuccess && k, "NCCL_SHRINK_ABORT ends it and makes the 2-rank communicator",
+        "rc %d", rc);
+    say(A.cudaStreamSynchronize(s) == cudaSuccess, "... the aborted allreduce leaves the stream",
+        "-");
+    for (int i = 0; i < 4; i++)
+        h[i] = (float)(rank_ + 1);
+    A.cudaMemcpy(d, h, sizeof(h), cudaMemcpyHostToDevice);
+    rc = settle(k, A.ncclAllReduce(d, d, 4, ncclFloat32, ncclSum, k, s), 20, NULL);
+    A.cudaStreamSynchronize(s);
+    A.cudaMemcpy(h, d, sizeof(h), cudaMemcpyDeviceToHost);
+    say(rc == ncclSuccess && h[0] == 3 && h[3] == 3, "... whose allreduce sums the two survivors",
+        "rc %d, %g %g", rc, h[0], h[3]);
+    say(A.ncclCommDestroy(c) == ncclInvalidUsage,
+        "after an abortive shrink the parent takes no ncclCommDestroy", "-");
+    say(A.ncclCommAbort(c) == ncclSuccess, "... only ncclCommAbort", "-");
+    rc = A.ncclCommFinalize(k);
+    rc = settle(k, rc, 10, NULL);
+    say(rc == ncclSuccess && A.ncclCommDestroy(k) == ncclSuccess, "the shrunk one ends cleanly",
+        "rc %d", rc);
+    A.cudaFree(d);
+    A.cudaStreamDestroy(s);
+}
+
 static void child_dup(void)
 {
     ncclResult_t rc;
@@ -1402,6 +1468,7 @@ static int child(int argc, char **argv)
     else if (!strcmp(what, "deadlock")) child_deadlock();
     else if (!strcmp(what, "nonblocking")) child_nonblocking();
     else if (!strcmp(what, "dup")) child_dup();
+    else if (!strcmp(what, "shrink")) child_shrink();
     else if (!strcmp(what, "hang") || !strcmp(what, "error")) child_fault(what);
     else if (!strcmp(what, "initfail")) child_initfail();
     else if (!strcmp(what, "recordfail")) child_recordfail();
@@ -1619,6 +1686,7 @@ int main(int argc, char **argv)
     scenario("deadlock", 2, 2, "", 30, -1);
     scenario("nonblocking", 2, 1, "", 30, -1);
     scenario("dup", 2, 2, "", 30, -1);
+    scenario("shrink", 3, 1, "", 60, -1);
     scenario("hang", 2, 1, "DDP_GPU_STANDIN_FAULT=hang@fault:1:1", 30, -1);
     scenario("error", 2, 1, "DDP_GPU_STANDIN_FAULT=error@fault:1:*", 30, -1);
     scenario("initfail", 2, 1, "DDP_GPU_STANDIN_FAULT=initfail@*:1:*", 30, -1);
