@@ -372,6 +372,7 @@ void gpu_shrink(drt_comm_t *c, const uint32_t *m, int n)
     int *excl = g ? calloc((size_t)c->size, sizeof(int)) : NULL;
     int nexcl = 0;
 
+    gpu_child_drop(c); /* an earlier shrink's, never adopted: its members changed again */
     for (int r = 0, i = 0; excl && r < c->size; r++) {
         if (i < n && m[i] == (uint32_t)r)
             i++;
