@@ -9,6 +9,7 @@
 #include "fuzz.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <string.h>
@@ -45,7 +46,8 @@ static int connect_to(int port)
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 
     if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0)
-        fuzz_fail("cannot connect to my own listener");
+        fuzz_fail("cannot connect to my own listener: %s (out of ephemeral ports? tests/fuzz/run "
+                  "caps this target's inputs for that)", strerror(errno));
     return fd;
 }
 
