@@ -248,55 +248,54 @@ ncclComm_t gpu_teardown_shrink(struct gpu *g, int *excl, int nexcl, char *why, s
     return child;
 }
 
-int gpu_fail(struct gpu *g, drt_error_t *err, const char *fmt, ...)
+/* The first failure wins: recorded, logged, and the communicators aborted,
+ * unless keep: then they stay for SHRINK_GRACE (lost_at) for drt_shrink. */
+static void fail_v(struct gpu *g, int keep, const char *fmt, va_list ap)
 {
-    va_list ap;
     int first;
 
     pthread_mutex_lock(&g->mu);
     first = !g->failed;
     if (first) {
-        va_start(ap, fmt);
         vsnprintf(g->failure.text, sizeof(g->failure.text), fmt, ap);
-        va_end(ap);
         g->failed = 1;
+        g->lost_at = keep ? rt_now() : 0;
     }
     pthread_mutex_unlock(&g->mu);
-    if (first) {
-        rt_log(g->c, "%s: aborting the NCCL communicators", g->failure.text);
-        teardown_start(g, 0);
+    if (!first)
+        return;
+    if (keep) {
+        rt_log(g->c, "%s: the NCCL communicators wait %gs for drt_shrink", g->failure.text,
+               SHRINK_GRACE);
+        return;
     }
+    rt_log(g->c, "%s: aborting the NCCL communicators", g->failure.text);
+    teardown_start(g, 0);
+}
+
+int gpu_fail(struct gpu *g, drt_error_t *err, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    fail_v(g, 0, fmt, ap);
+    va_end(ap);
     return gpu_failed(g, err);
 }
 
-/* A rank lost: recorded like gpu_fail, but where drt_shrink can shrink the
- * world communicator in place (ncclCommShrink aborts its in-flight work
- * itself) the communicators stay for SHRINK_GRACE, so a caller that goes
- * to drt_shrink at once finds them; the watchdog aborts them after that,
- * so a caller that waits on its stream instead is not left hanging. */
+/* A rank lost: as gpu_fail, but where drt_shrink can shrink the world
+ * communicator in place (ncclCommShrink aborts its in-flight work itself)
+ * the communicators stay for SHRINK_GRACE, so a caller that goes to
+ * drt_shrink at once finds them; the watchdog aborts them after that, so a
+ * caller that waits on its stream instead is not left hanging. */
 static void gpu_lose(struct gpu *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void gpu_lose(struct gpu *g, const char *fmt, ...)
 {
     va_list ap;
-    int first;
 
-    pthread_mutex_lock(&g->mu);
-    first = !g->failed;
-    if (first) {
-        va_start(ap, fmt);
-        vsnprintf(g->failure.text, sizeof(g->failure.text), fmt, ap);
-        va_end(ap);
-        g->failed = 1;
-        g->lost_at = g->can_shrink ? rt_now() : 0;
-    }
-    pthread_mutex_unlock(&g->mu);
-    if (first && !g->can_shrink) {
-        rt_log(g->c, "%s: aborting the NCCL communicators", g->failure.text);
-        teardown_start(g, 0);
-    } else if (first) {
-        rt_log(g->c, "%s: the NCCL communicators wait %gs for drt_shrink", g->failure.text,
-               SHRINK_GRACE);
-    }
+    va_start(ap, fmt);
+    fail_v(g, g->can_shrink, fmt, ap);
+    va_end(ap);
 }
 
 /* the grace after a loss passed without drt_shrink: abort as gpu_fail would */
