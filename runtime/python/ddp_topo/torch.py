@@ -57,6 +57,28 @@ def _bound_device():
     return int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count()
 
 
+def _libuv_missing():
+    """True when this torch's TCPStore asks for libuv by default (torch 2.4
+    on) but was built without it, as Debian's 2.6 and 2.14 are: env:// then
+    fails with "use_libuv was requested". A store asked for libuv tells."""
+    try:
+        store = dist.TCPStore("127.0.0.1", 0, 1, True, wait_for_workers=False, use_libuv=True)
+    except TypeError:  # no use_libuv before torch 2.2: nothing to choose
+        return False
+    except RuntimeError:
+        return True
+    del store
+    return False
+
+
+def _env_method():
+    """env://, with the store's other backend where libuv is missing and the
+    user did not choose (USE_LIBUV, torch's own variable, wins)."""
+    if "USE_LIBUV" not in os.environ and _libuv_missing():
+        return "env://?use_libuv=0"
+    return "env://"
+
+
 def init_process_group(backend=None, gpu=None, **kwargs):
     """torch.distributed from the environment (env://), gloo on CPU and nccl
     when the task has a GPU, the device set from the binding; returns the
@@ -75,7 +97,7 @@ def init_process_group(backend=None, gpu=None, **kwargs):
         rt.barrier()
         if backend == "nccl":
             torch.cuda.set_device(rt.gpu_attach() if path == "ddprt" else _bound_device())
-        dist.init_process_group(backend, init_method="env://", **kwargs)
+        dist.init_process_group(backend, init_method=_env_method(), **kwargs)
     except BaseException:
         rt.close()
         raise
