@@ -3,7 +3,8 @@
  * (ddp_topo.map); not installed. Calls go one way only: the dispatcher
  * (ddp_topo.c) calls options.c and one file per SPANK context (local.c,
  * remote.c); remote.c calls bind.c; both call the helpers (taskenv.c,
- * check.c, launcher.c, config.c, gpus.c), which call no file above them.
+ * check.c, launcher.c, config.c, gpus.c), which call no file above them;
+ * version.c is a constructor only (SLURM release check at dlopen).
  * Each file that keeps state keeps it in one static struct of its own. */
 #ifndef DDP_TOPO_PLUGIN_H
 #define DDP_TOPO_PLUGIN_H

@@ -116,11 +116,11 @@ static int add_opt(dt_script_t *sc, unsigned *cap, const dt_script_opt_t *opt)
  * in the next word (*next, then advanced) when the option takes one. */
 static void split_option(dt_script_opt_t *o, char *tok, char **next, char **line)
 {
-    char *eq;
+    char *name = tok + (tok[1] == '-' ? 2 : 1), *eq;
 
-    o->name = tok + (tok[1] == '-' ? 2 : 1);
+    o->name = name;
     o->value = NULL;
-    if ((eq = strchr(o->name, '='))) {
+    if ((eq = strchr(name, '='))) { /* our buffer: C23's strchr keeps o->name's const */
         *eq = '\0';
         o->value = eq + 1;
     } else if (tok[1] != '-' && o->name[1]) { /* -N2 */
