@@ -69,7 +69,7 @@ int main(void)
     const char *build = getenv("top_builddir");
 
 #ifndef CUDALOAD_HEADERS
-    printf("ok 1 # SKIP built without the CUDA/NCCL headers: nothing is loaded\n");
+    printf("1..0 # SKIP built without the CUDA/NCCL headers: nothing is loaded\n");
     return 0;
 #endif
     if (!mkdtemp(dir) || snprintf(fifo, sizeof(fifo), "%s/fifo", dir) < 0 || mkfifo(fifo, 0600) < 0)
