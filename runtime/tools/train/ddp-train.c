@@ -95,6 +95,10 @@ static void first_step_after(train_t *t)
         fprintf(stderr, "ddp-train: first step after the recovery done at %.6f\n", unix_now());
 }
 
+/* The step's samples of this rank, logged before its gradient can reach the
+ * allreduce: a rank killed once the survivors have applied its gradient
+ * has logged them; a step lost and redone is logged again, with the
+ * smaller world (tests/integration/samples.py keeps those lines). */
 static void log_samples(train_t *t, const uint32_t *perm, uint64_t offset)
 {
     int world = drt_size(t->c), r = drt_rank(t->c);
@@ -102,7 +106,7 @@ static void log_samples(train_t *t, const uint32_t *perm, uint64_t offset)
     if (!t->samples)
         return;
     for (int i = 0; i < t->B; i++)
-        fprintf(t->samples, "%" PRIu64 " %" PRIu64 " %d %u\n", t->s.epoch, t->s.step, world,
+        fprintf(t->samples, "%" PRIu64 " %" PRIu64 " %d %u\n", t->s.epoch, t->s.step + 1, world,
                 perm[offset + (size_t)r + (size_t)world * (size_t)i]);
     if (fflush(t->samples) != 0)
         fprintf(stderr, "ddp-train: --sample-log: cannot write\n");
@@ -126,6 +130,7 @@ static int step(train_t *t, const uint32_t *perm, drt_step_stats_t *st)
     double loss;
 
     data_batch(t->data, perm, t->s.offset, world, drt_rank(t->c), B, t->x, t->y);
+    log_samples(t, perm, t->s.offset);
     if ((rc = drt_buckets_begin(t->buckets, &e)) < 0)
         return lost_or_fatal(t, rc, "gradient buckets", &e);
     slow_down(t);
@@ -145,7 +150,6 @@ static int step(train_t *t, const uint32_t *perm, drt_step_stats_t *st)
         return t->step_lost ? 1 : lost_or_fatal(t, rc, "gradient allreduce", &e);
     model_sgd(t->model, t->lr, t->o.momentum);
     t->s.step++;
-    log_samples(t, perm, t->s.offset);
     t->s.offset += t->G;
     t->s.loss_sum += loss;
     t->s.loss_count += (uint64_t)B;
@@ -203,7 +207,8 @@ static void open_sample_log(train_t *t)
     if (!t->o.sample_log)
         return;
     snprintf(path, sizeof(path), "%s.%d", t->o.sample_log, drt_rank(t->c));
-    if (!(t->samples = train_output_open(path, 0, err, sizeof(err)))) {
+    /* appended: a resumed run (train-elastic.sbatch) adds to the first run's */
+    if (!(t->samples = train_output_open(path, 1, err, sizeof(err)))) {
         fprintf(stderr, "ddp-train: --sample-log %s: %s\n", path, err);
         exit(1);
     }
