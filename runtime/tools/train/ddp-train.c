@@ -74,11 +74,14 @@ static double unix_now(void)
 }
 
 /* fault injection (--kill-rank/--kill-node): as a node's power failing
- * would. The wall clock of the kill, and of the survivors' first step
- * after it, on stderr: the recovery benchmark's two ends. */
-static void maybe_die(const train_t *t)
+ * would, at the point of the step --kill-in names (the step starts with
+ * the previous one's number). The wall clock of the kill, and of the
+ * survivors' first step after it, on stderr: the recovery benchmark's two
+ * ends. */
+static void maybe_die(const train_t *t, int where)
 {
-    if (t->o.kill_step && t->s.step + 1 == t->o.kill_step &&
+    if (t->o.kill_step && where == t->o.kill_in &&
+        t->s.step + (where == KILL_IN_STEP) == t->o.kill_step &&
         (t->rank0 == t->o.kill_rank || t->node0 == t->o.kill_node)) {
         fprintf(stderr, "ddp-train: rank %d: --kill-step %" PRIu64 ": SIGKILL at %.6f\n",
                 t->rank0, t->o.kill_step, unix_now());
@@ -134,7 +137,7 @@ static int step(train_t *t, const uint32_t *perm, drt_step_stats_t *st)
     if ((rc = drt_buckets_begin(t->buckets, &e)) < 0)
         return lost_or_fatal(t, rc, "gradient buckets", &e);
     slow_down(t);
-    maybe_die(t);
+    maybe_die(t, KILL_IN_STEP);
     t->step_lost = 0;
     loss = model_step(t->model, t->x, t->y, B, grad_ready, t);
     if (loss < 0) {
@@ -178,25 +181,46 @@ static int print_epoch(train_t *t)
     return 0;
 }
 
+enum { AFTER_GO_ON, AFTER_STOP, AFTER_LOST };
+
+/* a checkpoint of the step just done; AFTER_LOST as lost_or_fatal says */
+static int checkpoint_step(train_t *t, int wait)
+{
+    drt_error_t e;
+    int rc;
+
+    maybe_die(t, KILL_IN_CHECKPOINT);
+    if ((rc = checkpoint_now(t, wait, &e)) < 0 && lost_or_fatal(t, rc, "checkpoint", &e))
+        return AFTER_LOST;
+    return AFTER_GO_ON;
+}
+
 /* After a step: telemetry, the weights' dump, a checkpoint when due.
- * Returns 1 when the ranks agreed to stop (preemption). The dump is
- * flushed every step, as --metrics is: a rank a second SIGTERM ends leaves
- * every finished step's record. */
+ * AFTER_STOP when the ranks agreed to stop (preemption). AFTER_LOST when
+ * a rank was lost in telemetry's or the checkpoint's collective (with
+ * --elastic): every survivor has done the step, so they recover and go on
+ * from it; its checkpoint is left to the next one due. The dump is flushed
+ * every step, as --metrics is: a rank a second SIGTERM ends leaves every
+ * finished step's record. */
 static int after_step(train_t *t, const drt_step_stats_t *st)
 {
-    telemetry_step(t, st);
+    drt_error_t e;
+    int rc;
+
+    maybe_die(t, KILL_IN_TELEMETRY);
+    rc = telemetry_step(t, st, &e);
     if (t->dump && (train_dump(t->dump, t->s.step, t->model) < 0 || fflush(t->dump) != 0)) {
         fprintf(stderr, "ddp-train: --dump-weights %s: cannot write: %s (free space there, or give "
                 "another file)\n", t->o.dump, strerror(errno));
         exit(1);
     }
-    if (st->stop) {
-        checkpoint_now(t, 1);
-        return 1;
-    }
+    if (rc < 0 && lost_or_fatal(t, rc, "telemetry", &e))
+        return AFTER_LOST;
+    if (st->stop)
+        return checkpoint_step(t, 1) == AFTER_LOST ? AFTER_LOST : AFTER_STOP;
     if (t->o.ckpt_every && t->s.step % t->o.ckpt_every == 0)
-        checkpoint_now(t, t->o.sync_ckpt);
-    return 0;
+        return checkpoint_step(t, t->o.sync_ckpt);
+    return AFTER_GO_ON;
 }
 
 /* --sample-log FILE: this rank's FILE.RANK */
@@ -231,14 +255,14 @@ static int run(train_t *t)
             /* before the step: a rerun of a finished --max-steps run does none */
             if (t->o.max_steps && t->s.step >= t->o.max_steps)
                 return 0;
-            if (step(t, t->perm, &st)) {
+            rc = step(t, t->perm, &st) ? AFTER_LOST : after_step(t, &st);
+            if (rc == AFTER_STOP)
+                return preempted(t);
+            if (rc == AFTER_LOST) {
                 if ((rc = elastic_recover(t, elastic_clock())) != 0)
                     return rc;
                 t->recovering = 1;
-                continue;
             }
-            if (after_step(t, &st))
-                return preempted(t);
         }
         if (print_epoch(t)) {
             if ((rc = elastic_recover(t, elastic_clock())) != 0)
@@ -248,6 +272,18 @@ static int run(train_t *t)
         t->s.epoch++;
         t->s.offset = 0;
     }
+    return 0;
+}
+
+/* The end state too: a rerun finds nothing left to do. A rank lost in its
+ * collective (--elastic) leaves the survivors to save it. */
+static int end_checkpoint(train_t *t)
+{
+    int rc;
+
+    while (t->o.ckpt_dir && t->s.step != t->ckpt_step)
+        if (checkpoint_step(t, 1) == AFTER_LOST && (rc = elastic_recover(t, elastic_clock())) != 0)
+            return rc;
     return 0;
 }
 
@@ -262,6 +298,8 @@ int main(int argc, char **argv)
         return rc;
     setup(&t);
     rc = run(&t);
+    if (rc == 0)
+        rc = end_checkpoint(&t);
     rc = finish(&t, rc);
     if (t.samples)
         fclose(t.samples);

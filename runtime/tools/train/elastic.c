@@ -204,7 +204,7 @@ int elastic_recover(train_t *t, double t_fail)
     drt_shrink_info_t in;
     drt_error_t e;
     char what[512];
-    int old = drt_size(t->c);
+    int old = drt_size(t->c), rc;
 
     do { /* again when another rank is lost before the survivors agree */
         if (drt_shrink(t->c, &in, &e) < 0) {
@@ -221,7 +221,10 @@ int elastic_recover(train_t *t, double t_fail)
             fprintf(stderr, "ddp-train: world %d -> %d (%s): below --min-ranks %d: saving a "
                     "checkpoint and stopping for a requeue\n", old, in.new_size, what,
                     t->o.min_ranks);
-        checkpoint_now(t, 1);
+        if ((rc = checkpoint_now(t, 1, &e)) == DRT_ELOST)
+            return elastic_recover(t, t_fail); /* another rank lost: shrink again */
+        if (rc < 0)
+            die("checkpoint", e.text);
         return TRAIN_EXIT_PREEMPTED;
     }
     reshard(t);

@@ -55,6 +55,8 @@ static const char usage[] =
     "  appended to DIR/lost-nodes, for a requeue that excludes them.\n"
     "  --kill-rank R | --kill-node N, with --kill-step S   that rank (or every rank of that\n"
     "                          node) SIGKILLs itself at the start of step S (fault injection)\n"
+    "  --kill-in WHERE         step (the default), or after step S's update as its telemetry\n"
+    "                          line's or checkpoint's collective starts: telemetry, checkpoint\n"
     "  --sample-log FILE       each rank appends \"epoch step world sample\" lines for the\n"
     "                          steps it starts to FILE.RANK (a step redone after a lost rank\n"
     "                          again, with the smaller world; to check every sample is used once)\n"
@@ -78,7 +80,7 @@ enum {
     O_MOMENTUM, O_MAXSTEPS, O_ALGO, O_BUCKET, O_FIRST, O_NOOVERLAP, O_CKDIR, O_CKEVERY, O_CKLOCAL,
     O_KEEP, O_RESUME, O_FRESH, O_SYNC, O_LOGEVERY, O_METRICS, O_STRAGGLER, O_SLOWRANK, O_SLOWMS,
     O_DUMP, O_PLOT, O_COMPARE, O_RTOL, O_HELP, O_VERSION, O_ELASTIC, O_MINRANKS, O_KILLRANK,
-    O_KILLNODE, O_KILLSTEP, O_SAMPLELOG
+    O_KILLNODE, O_KILLSTEP, O_KILLIN, O_SAMPLELOG
 };
 
 static const struct option longopts[] = {
@@ -96,7 +98,7 @@ static const struct option longopts[] = {
     {"plot", 1, 0, O_PLOT}, {"compare", 1, 0, O_COMPARE}, {"rtol", 1, 0, O_RTOL},
     {"elastic", 0, 0, O_ELASTIC}, {"min-ranks", 1, 0, O_MINRANKS},
     {"kill-rank", 1, 0, O_KILLRANK}, {"kill-node", 1, 0, O_KILLNODE},
-    {"kill-step", 1, 0, O_KILLSTEP}, {"sample-log", 1, 0, O_SAMPLELOG},
+    {"kill-step", 1, 0, O_KILLSTEP}, {"kill-in", 1, 0, O_KILLIN}, {"sample-log", 1, 0, O_SAMPLELOG},
     {"help", 0, 0, O_HELP}, {"version", 0, 0, O_VERSION}, {0, 0, 0, 0}};
 
 static int bad(const char *opt, const char *val, const char *want)
@@ -208,6 +210,16 @@ static int one(opts_t *o, int c, const char *a)
     case O_KILLRANK: return num_int("kill-rank", a, 0, 1 << 30, &o->kill_rank);
     case O_KILLNODE: return num_int("kill-node", a, 0, 1 << 30, &o->kill_node);
     case O_KILLSTEP: return num_u64("kill-step", a, 1, UINT64_MAX, &o->kill_step);
+    case O_KILLIN:
+        if (!strcmp(a, "step"))
+            o->kill_in = KILL_IN_STEP;
+        else if (!strcmp(a, "telemetry"))
+            o->kill_in = KILL_IN_TELEMETRY;
+        else if (!strcmp(a, "checkpoint"))
+            o->kill_in = KILL_IN_CHECKPOINT;
+        else
+            return bad("kill-in", a, "not step, telemetry or checkpoint");
+        return 0;
     case O_SAMPLELOG: o->sample_log = a; return 0;
     }
     fputs(usage, stderr);

@@ -139,8 +139,6 @@ static uint64_t checksum(const train_t *t)
 
 int finish(train_t *t, int rc)
 {
-    if (rc == 0 && t->o.ckpt_dir && t->s.step != t->ckpt_step)
-        checkpoint_now(t, 1); /* the end state too: a rerun finds nothing left to do */
     checkpoint_close(t);
     if (rc == 0 && t->ckpt_failed) {
         fprintf(stderr, "ddp-train: the last checkpoint was not written (the error above says why)\n");

@@ -224,16 +224,17 @@ static void report_write(train_t *t)
 }
 
 /* The epoch's loss so far, summed over ranks into rank 0's share, so the
- * saved sum is the whole world's. */
-static void fold_loss(train_t *t)
+ * saved sum is the whole world's; a failure leaves the sums as they were. */
+static int fold_loss(train_t *t, drt_error_t *e)
 {
     double v[2] = {t->s.loss_sum, (double)t->s.loss_count};
-    drt_error_t e;
+    int rc = drt_allreduce(t->c, v, v, 2, DRT_FLOAT64, DRT_SUM, e);
 
-    if (drt_allreduce(t->c, v, v, 2, DRT_FLOAT64, DRT_SUM, &e) < 0)
-        die("checkpoint", e.text);
+    if (rc < 0)
+        return rc;
     t->s.loss_sum = drt_rank(t->c) == 0 ? v[0] : 0;
     t->s.loss_count = drt_rank(t->c) == 0 ? (uint64_t)v[1] : 0;
+    return 0;
 }
 
 static void save(train_t *t)
@@ -266,15 +267,16 @@ static void save(train_t *t)
     free(names);
 }
 
-void checkpoint_now(train_t *t, int wait)
+int checkpoint_now(train_t *t, int wait, drt_error_t *e)
 {
     double t0 = clock_now();
     drt_ckpt_stats_t st;
-    int written = 0;
+    int written = 0, rc;
 
     if (!t->o.ckpt_dir)
-        return;
-    fold_loss(t);
+        return 0;
+    if ((rc = fold_loss(t, e)) < 0)
+        return rc;
     if (drt_rank(t->c) == 0) {
         save(t);
         if (wait)
@@ -285,6 +287,7 @@ void checkpoint_now(train_t *t, int wait)
         print_write(t, &st, t->ckpt_stall);
     t->ckpt_step = t->s.step;
     fflush(stdout);
+    return 0;
 }
 
 void checkpoint_close(train_t *t)

@@ -84,16 +84,13 @@ static int straggler(const train_t *t, double *lag_ms)
 }
 
 /* The line (collective: the window's loss over all ranks). */
-static void print_line(train_t *t)
+static int print_line(train_t *t, drt_error_t *e)
 {
     double v[2] = {t->w.loss, (double)t->w.steps}, k = (double)t->w.steps, lag = 0;
-    drt_error_t e;
-    int s;
+    int s, rc;
 
-    if (drt_allreduce(t->c, v, v, 2, DRT_FLOAT64, DRT_SUM, &e) < 0) {
-        fprintf(stderr, "ddp-train: telemetry: %s\n", e.text);
-        exit(1);
-    }
+    if ((rc = drt_allreduce(t->c, v, v, 2, DRT_FLOAT64, DRT_SUM, e)) < 0)
+        return rc;
     if (drt_rank(t->c) == 0) {
         s = straggler(t, &lag);
         printf("step %" PRIu64 " loss %.6f step %.2f ms compute %.2f ms comm %.2f ms exposed %.2f ms "
@@ -107,6 +104,7 @@ static void print_line(train_t *t)
             printf(" slowest none\n");
         fflush(stdout);
     }
+    return 0;
 }
 
 static void window_reset(train_t *t)
@@ -118,8 +116,12 @@ static void window_reset(train_t *t)
     t->w = (window_t){.slowest = t->w.slowest, .lag = t->w.lag};
 }
 
-void telemetry_step(train_t *t, const drt_step_stats_t *st)
+/* The step's record; every --log-every steps the line, and the window
+ * starts over (also when the line's collective failed). */
+int telemetry_step(train_t *t, const drt_step_stats_t *st, drt_error_t *e)
 {
+    int rc = 0;
+
     if (t->metrics)
         metrics_line(t, st);
     t->w.steps++;
@@ -135,9 +137,10 @@ void telemetry_step(train_t *t, const drt_step_stats_t *st)
         t->w.lag[st->slowest_rank] += st->slowest_lag_s;
     }
     if (t->o.log_every && t->s.step % t->o.log_every == 0) {
-        print_line(t);
+        rc = print_line(t, e);
         window_reset(t);
     }
+    return rc;
 }
 
 /* A file that could not be written (a full disk, /dev/full) is an error:

@@ -42,9 +42,14 @@ typedef struct {
     double straggler_ms;    /* a lag below this names no straggler */
     int elastic, min_ranks; /* --elastic: shrink on a lost rank, unless below min_ranks */
     int kill_rank, kill_node; /* fault injection: -1, or who SIGKILLs itself ... */
-    uint64_t kill_step;     /* ... at the start of this step */
+    uint64_t kill_step;     /* ... in this step ... */
+    int kill_in;            /* ... at this point of it (KILL_IN_*) */
     const char *sample_log; /* FILE.RANK: each completed step's samples (tests) */
 } opts_t;
+
+/* where in its step --kill-in kills: as it starts, or after the update,
+ * as telemetry's or the checkpoint's collective starts */
+enum { KILL_IN_STEP, KILL_IN_TELEMETRY, KILL_IN_CHECKPOINT };
 
 /* What a checkpoint holds besides the weights and momentum. */
 typedef struct {
@@ -112,7 +117,8 @@ int finish(train_t *t, int rc);
 
 /* state.c */
 void resume(train_t *t);
-void checkpoint_now(train_t *t, int wait);
+/* 0, or the failed collective's DRT_E* with e set: nothing saved */
+int checkpoint_now(train_t *t, int wait, drt_error_t *e);
 int preempted(train_t *t);
 void checkpoint_close(train_t *t);
 
@@ -128,7 +134,8 @@ double elastic_clock(void);
 
 /* telemetry.c */
 void telemetry_open(train_t *t);
-void telemetry_step(train_t *t, const drt_step_stats_t *st);
+/* 0, or the line's collective's DRT_E* with e set */
+int telemetry_step(train_t *t, const drt_step_stats_t *st, drt_error_t *e);
 int telemetry_close(train_t *t); /* -1: a file could not be written */
 
 #endif
