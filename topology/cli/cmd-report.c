@@ -342,7 +342,7 @@ static int listed(const char *name, const char *const *names, size_t n)
 static int may_matter(const char *name)
 {
     static const char *const names[] = {
-        "cpu-bind", "gpu-bind", "mem-bind", "hint", "exclusive", "gpus-per-socket",
+        "cpu-bind", "gpu-bind", "tres-bind", "mem-bind", "hint", "exclusive", "gpus-per-socket",
         "ntasks-per-gpu", "ntasks-per-socket", "ntasks-per-core", "cpus-per-gpu",
         "sockets-per-node", "cores-per-socket", "threads-per-core", "B", "extra-node-info",
         "constraint", "C", "exclude", "x", "overcommit", "O", "spread-job", "gres-flags",
