@@ -3,9 +3,17 @@
  * file per SPANK context (local.c for srun/sbatch/salloc, remote.c for
  * slurmstepd) after options.c has registered the options; nothing calls
  * back into it. The real work lives in libddptopo. */
+#include "config.h"
 #include "plugin.h"
 
 SPANK_PLUGIN(ddp_topo, 1);
+
+#if HAVE_DECL_ESPANK_JOB_FAILURE
+/* SLURM 25.05 on: should init fail in slurmstepd (it fails only when SLURM
+ * cannot register the options), that job fails; SLURM's default drains the
+ * node, for every job after it. */
+int slurm_spank_init_failure_mode = ESPANK_JOB_FAILURE;
+#endif
 
 int slurm_spank_init(spank_t sp, int ac, char **av)
 {
