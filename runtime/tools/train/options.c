@@ -238,6 +238,10 @@ static int check(const opts_t *o)
         fprintf(stderr, "ddp-train: --kill-step goes with --kill-rank or --kill-node\n");
         return 2;
     }
+    if (o->kill_in != KILL_IN_STEP && !o->kill_step) {
+        fprintf(stderr, "ddp-train: --kill-in goes with --kill-step and --kill-rank or --kill-node\n");
+        return 2;
+    }
     if (o->resume && o->fresh) {
         fprintf(stderr, "ddp-train: --resume and --fresh contradict each other\n");
         return 2;
