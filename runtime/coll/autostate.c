@@ -144,8 +144,12 @@ int drt_auto_restore(drt_comm_t *c, const void *buf, size_t len, drt_error_t *er
     if ((rc = parse(c, text, classes, err)) != 0)
         return rc;
     memcpy(c->cpu.sizes, classes, sizeof(classes));
-    for (int b = 0; b < CLASSES; b++)
-        applied += classes[b].choice >= 0;
+    for (int b = 0; b < CLASSES; b++) /* each said, so a log shows what the run replays */
+        if (classes[b].choice >= 0) {
+            applied++;
+            rt_log(c, "auto: restored: messages of %zu+ bytes: %s", (size_t)1 << b,
+                   drt_algo_name((drt_algo_t)classes[b].choice));
+        }
     rt_log(c, "auto: %d size class decision%s restored", applied, applied == 1 ? "" : "s");
     return 0;
 }
