@@ -41,7 +41,7 @@ static int lost_or_fatal(train_t *t, int rc, const char *what, const drt_error_t
     if (rc == DRT_ELOST && t->o.elastic)
         return 1;
     if (rc == DRT_ELOST) {
-        elastic_note_known(t);
+        elastic_note_agreed(t);
         checkpoint_close(t);
     }
     fatal(what, e);

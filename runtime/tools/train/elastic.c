@@ -158,8 +158,8 @@ void elastic_note_lost(train_t *t, const char *const *names, int n)
         fprintf(stderr, "ddp-train: %s: cannot write\n", path);
 }
 
-/* What this rank knows is gone, before any agreement (a run that stops). */
-void elastic_note_known(train_t *t)
+/* What this rank knows is gone, before any agreement (none was reached). */
+static void elastic_note_known(train_t *t)
 {
     const char *names[64];
     int n = 0;
@@ -167,6 +167,27 @@ void elastic_note_known(train_t *t)
     for (int i = 0; i < drt_lost_count(t->c) && n < 64; i++)
         names[n++] = drt_node_name(t->c, drt_lost_rank(t->c, i));
     elastic_note_lost(t, names, n);
+}
+
+/* A run that stops for a lost rank (no --elastic) names the lost nodes
+ * only once the survivors agree on them, and only one of them writes: a
+ * survivor that saw another one exit before it learnt of the loss (the
+ * abort notice is a datagram, best effort) would name that healthy node,
+ * and a requeue would exclude it. Agreement is drt_shrink's, bounded by
+ * DDPRT_TIMEOUT; when it fails (the launcher stopping the survivors
+ * first, this rank left out) each writes what it knows, so that the dead
+ * node is named all the same. */
+void elastic_note_agreed(train_t *t)
+{
+    drt_shrink_info_t in;
+    drt_error_t e;
+
+    if (drt_shrink(t->c, &in, &e) < 0) {
+        elastic_note_known(t);
+        return;
+    }
+    if (drt_rank(t->c) == 0)
+        elastic_note_lost(t, in.lost_nodes, in.nlost);
 }
 
 /* "lost rank 2 on node n2", "lost ranks 2,3 on node n2", "...; rank 5 on node n3" */

@@ -127,9 +127,10 @@ void checkpoint_close(train_t *t);
  * a checkpoint saved) */
 void elastic_start(train_t *t);
 int elastic_recover(train_t *t, double t_fail);
-/* DIR/lost-nodes: names, or what this rank knows is lost (a run that stops) */
+/* DIR/lost-nodes: names, or, for a run that stops, those the survivors
+ * agree are lost */
 void elastic_note_lost(train_t *t, const char *const *names, int n);
-void elastic_note_known(train_t *t);
+void elastic_note_agreed(train_t *t);
 double elastic_clock(void);
 
 /* telemetry.c */
