@@ -143,4 +143,19 @@ int contract_iface_choose(const char *master, unsigned nnodes, const char *ddprt
  * launcher that forks workers of its own, else NULL */
 const char *contract_launcher_name(int argc, char **argv);
 
+/* The flight recorder's dumps (libddprt writes, `ddp-topo trace` reads):
+ * DIR/ddprt-trace.RANK, in DIR = DDPRT_TRACE_DIR, lines of
+ *   ddprt-trace 1
+ *   rank R size N epoch E run RUN_ID pid P time SECONDS
+ *   reason TEXT
+ *   node R NAME              (one per rank of the world)
+ *   c SEQ OP COUNT DTYPE ALGO STATE START END   (oldest first; END 0: in it)
+ * STATE is one of the three below; times are wall-clock seconds. */
+#define DRT_ENV_TRACE_DIR "DDPRT_TRACE_DIR"
+#define DRT_TRACE_MAGIC "ddprt-trace 1"
+#define DRT_TRACE_FILE "ddprt-trace."
+#define DRT_TRACE_ENTERED "entered"
+#define DRT_TRACE_DONE "done"
+#define DRT_TRACE_FAILED "failed"
+
 #endif

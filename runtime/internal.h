@@ -91,6 +91,7 @@ struct drt_comm {
     unsigned char secret[DRT_SECRET_LEN];
     unsigned char *bounce;    /* TCP receive-and-reduce staging */
     coll_set_t cpu;           /* host buffers: world, node, rail on the CPU backend */
+    struct trace *trace;      /* trace.c: the flight recorder; NULL without DDPRT_TRACE_DIR */
     struct gpu *gpu;          /* gpu.c: device, NCCL communicators; NULL before use */
     void *gpu_child;          /* gpucomm.c: the world's ncclCommShrink result, for the
                                * next attach (drt_shrink); NULL otherwise */
@@ -247,6 +248,24 @@ int coll_allgather(drt_comm_t *c, const void *send, void *recv, size_t bytes, dr
 int coll_reduce_scatter(drt_comm_t *c, const void *send, void *recv, size_t count,
                         drt_dtype_t t, drt_op_t op, drt_error_t *err);
 int coll_barrier(drt_comm_t *c, drt_error_t *err);
+
+/* trace.c: the flight recorder. trace_enter counts the collective (c->seq)
+ * and records it; trace_leave records its end and returns rc, dumping the
+ * ring when it failed; trace_dump writes DIR/ddprt-trace.RANK. A dump is
+ * also written when the process gets DRT_TRACE_SIGNAL: SIGURG, ignored by
+ * default (sent to a process without the recorder it does nothing) and
+ * used by neither SLURM nor NCCL, unlike SIGUSR1/2 (--signal, preemption)
+ * and SIGTERM. */
+#define DRT_TRACE_SIGNAL SIGURG
+#define DRT_TRACE_SIGNAL_NAME "URG"
+typedef enum { TRACE_ALLREDUCE, TRACE_BROADCAST, TRACE_ALLGATHER, TRACE_REDUCE_SCATTER,
+               TRACE_BARRIER } trace_op_t;
+#define TRACE_BYTES 6 /* the dtype of broadcast, allgather and barrier: counts are bytes */
+int trace_open(drt_comm_t *c, drt_error_t *err);
+void trace_close(drt_comm_t *c);
+void trace_enter(drt_comm_t *c, trace_op_t op, size_t count, int dtype);
+int trace_leave(drt_comm_t *c, int rc, const drt_error_t *err);
+void trace_dump(drt_comm_t *c, const char *reason);
 
 /* request.c: the non-blocking requests and their progress thread */
 void request_stop(drt_comm_t *c); /* ends the thread (drt_finalize) */

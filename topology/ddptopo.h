@@ -417,6 +417,18 @@ typedef struct dt_report dt_report_t;
 int dt_report_build(const dt_report_opts_t *opts, dt_report_t **report, dt_error_t *err);
 int dt_report_write(const dt_report_t *report, dt_format_t format, FILE *out);
 void dt_report_free(dt_report_t *report);
+
+/* ---- the flight recorder's dumps (`ddp-topo trace`) ----------------------------
+ * Load every DIR/ddprt-trace.RANK that libddprt wrote (DDPRT_TRACE_DIR) for
+ * one run: dumps of different runs, world sizes or epochs are refused, as
+ * are malformed ones (naming file and line). Write the verdict: the last
+ * collective done on every rank that dumped, the first unfinished and where
+ * each rank was (entered, failed, left, never entered, no dump), the first
+ * collective the ranks issued differently, each rank's reason. */
+typedef struct dt_trace dt_trace_t;
+int dt_trace_load(const char *dir, dt_trace_t **trace, dt_error_t *err);
+int dt_trace_write(const dt_trace_t *trace, dt_format_t format, FILE *out); /* TEXT or JSON */
+void dt_trace_free(dt_trace_t *trace);
 /* One line on the cores the report's plans split: the cores SLURM allocates
  * for --cpus-per-task (an assumption: SLURM 22.05's default on an idle
  * node), or all of each node's. */

@@ -32,6 +32,8 @@ int topo_pci_ids_lookup(char *buf, size_t size, unsigned vendor, unsigned device
     __attribute__((weak, visibility("hidden")));
 
 /* file.c: write a whole file so that readers see the old one or the new */
+/* s as a JSON string, quotes and escapes included (report-write.c) */
+void topo_json_str(FILE *f, const char *s);
 int topo_write_atomic(const char *path, const char *buf, size_t len, dt_error_t *err);
 
 /* The loaders are layered, each calling only down: node.c dispatches a

@@ -189,7 +189,7 @@ static void write_text(const dt_report_t *r, FILE *f)
 
 /* ---- JSON ------------------------------------------------------------------------ */
 
-static void json_str(FILE *f, const char *s)
+void topo_json_str(FILE *f, const char *s)
 {
     fputc('"', f);
     for (; *s; s++) {
@@ -212,9 +212,9 @@ static void json_rank_plan(FILE *f, const dt_node_t *node, const dt_rank_plan_t 
     if (rp->gpu >= 0) {
         const dt_gpu_t *g = &node->gpus[rp->gpu];
         fprintf(f, "{\"index\":%d,\"device\":%d,\"busid\":", g->index, rp->device);
-        json_str(f, g->busid);
+        topo_json_str(f, g->busid);
         fprintf(f, ",\"model\":");
-        json_str(f, g->model);
+        topo_json_str(f, g->model);
         /* the ids too, for admins: the model may be pci.ids's name */
         if (g->pci >= 0 && node->pci[g->pci].device)
             fprintf(f, ",\"vendor_id\":\"%04x\",\"device_id\":\"%04x\"",
@@ -224,7 +224,7 @@ static void json_rank_plan(FILE *f, const dt_node_t *node, const dt_rank_plan_t 
         fprintf(f, "null");
     }
     fprintf(f, ",\"cpus\":");
-    json_str(f, cpus ? cpus : "(out of memory)");
+    topo_json_str(f, cpus ? cpus : "(out of memory)");
     fprintf(f, ",\"cores\":%u,\"numa\":", rp->ncores);
     free(cpus);
     if (rp->numa >= 0)
@@ -235,9 +235,9 @@ static void json_rank_plan(FILE *f, const dt_node_t *node, const dt_rank_plan_t 
     if (rp->nic >= 0) {
         const dt_nic_t *n = &node->nics[rp->nic];
         fprintf(f, "{\"name\":");
-        json_str(f, n->name);
+        topo_json_str(f, n->name);
         fprintf(f, ",\"kind\":\"%s\",\"busid\":", dt_nic_kind_name(n->kind));
-        json_str(f, n->busid); /* from the file: escaped like every such string */
+        topo_json_str(f, n->busid); /* from the file: escaped like every such string */
         fprintf(f, ",\"port\":%d,\"path\":\"%s\"}", n->port, dt_path_name(rp->nic_path));
     } else {
         fprintf(f, "null");
@@ -250,7 +250,7 @@ static void json_warnings(FILE *f, char *const *w, unsigned n)
     for (unsigned i = 0; i < n; i++) {
         if (i)
             fputc(',', f);
-        json_str(f, w[i]);
+        topo_json_str(f, w[i]);
     }
     fputc(']', f);
 }
@@ -258,9 +258,9 @@ static void json_warnings(FILE *f, char *const *w, unsigned n)
 static void json_kind(FILE *f, const kind_t *k, unsigned id)
 {
     fprintf(f, "{\"id\":%u,\"nodes\":", id);
-    json_str(f, k->nodes);
+    topo_json_str(f, k->nodes);
     fprintf(f, ",\"source\":");
-    json_str(f, k->path);
+    topo_json_str(f, k->path);
     fprintf(f, ",\"format\":\"%s\",\"ranks_per_node\":%u,\"cuda_visible_devices\":\"",
             source_id(k->node.source), k->ntasks);
     visible_list(f, &k->plan);
@@ -293,7 +293,7 @@ static void json_port(FILE *f, const char *name, const char *text)
     fprintf(f, ",\"%s\":%.*s", name, digits ? (int)digits : 4, digits ? text : "null");
     if (*note) {
         fprintf(f, ",\"%s_note\":", name);
-        json_str(f, note);
+        topo_json_str(f, note);
     }
 }
 
@@ -303,14 +303,14 @@ static void json_job(FILE *f, const dt_report_t *r)
 
     fprintf(f, "{\"schema\":\"ddp-topo-report\",\"version\":1,\"job\":{\"nodes\":%zu,\"ranks\":%u,"
             "\"tasks_per_node\":", r->nhosts, r->layout.ntasks);
-    json_str(f, r->opts.tasks_per_node);
+    topo_json_str(f, r->opts.tasks_per_node);
     fprintf(f, ",\"master_addr\":");
-    json_str(f, r->master_addr);
+    topo_json_str(f, r->master_addr);
     json_port(f, "master_port", r->master_port);
     json_port(f, "runtime_port", r->runtime_port);
     fprintf(f, ",\"bind\":\"%s\",\"cores\":", dt_bind_name(r->opts.bind, bind, sizeof(bind)));
     dt_report_cores(r, cores, sizeof(cores)); /* the assumption, as the text report says it */
-    json_str(f, cores + strlen("cores: "));
+    topo_json_str(f, cores + strlen("cores: "));
     fprintf(f, "},");
 }
 
@@ -324,9 +324,9 @@ static void json_cost(FILE *f, const dt_report_t *r)
             r->opts.model_params, r->opts.dtype, c->bytes, c->flat_us, c->hier_us,
             c->hier_wins ? "hierarchical" : "flat", c->intra_gbps, c->intra_us, c->inter_gbps,
             c->inter_us);
-    json_str(f, r->intra_why);
+    topo_json_str(f, r->intra_why);
     fprintf(f, ",\"inter_source\":");
-    json_str(f, r->inter_why);
+    topo_json_str(f, r->inter_why);
     fputc('}', f);
 }
 
@@ -342,7 +342,7 @@ static void write_json(const dt_report_t *r, FILE *f)
     fprintf(f, "],\"nodes\":[");
     for (size_t i = 0; i < r->nhosts; i++) {
         fprintf(f, "%s{\"name\":", i ? "," : "");
-        json_str(f, r->hosts[i]);
+        topo_json_str(f, r->hosts[i]);
         fprintf(f, ",\"node_rank\":%zu,\"topology\":%u,\"ranks\":", i, r->kind_of[i]);
         json_u32_list(f, r->node_ranks + r->first_rank[i], r->counts[i]);
         fputc('}', f);

@@ -11,8 +11,9 @@
 int cli_fail(const char *what, const char *why, const char *todo);
 
 /* the commands, each in a file of its own: cmd-report.c, cmd-detect.c,
- * check-config.c */
+ * check-config.c, cmd-trace.c */
 int cmd_report(int argc, char **argv);
+int cmd_trace(int argc, char **argv);
 int cmd_detect(int argc, char **argv);
 int cmd_check_config(int argc, char **argv);
 

@@ -25,6 +25,7 @@
     "  detect              describe this node's topology, or save it (-o FILE)\n" \
     "  check               preflight, in every task: srun --ddp-topo=auto ddp-topo check\n" \
     "  check-config 'ARGS' check a plugstack.conf line's ddp_topo.so arguments\n" \
+    "  trace DIR           after a hang or fault: the flight recorder's verdict\n" \
     "\n" \
     "Run 'ddp-topo COMMAND --help' for a command's options; see ddp-topo(1).\n"
 
@@ -346,7 +347,7 @@ int main(int argc, char **argv)
     } cmds[] = {{"hostnames", cmd_hostnames}, {"hostlist", cmd_hostlist},
                 {"layout", cmd_layout}, {"port", cmd_port},
                 {"report", cmd_report}, {"detect", cmd_detect}, {"check", cmd_check},
-                {"check-config", cmd_check_config}};
+                {"check-config", cmd_check_config}, {"trace", cmd_trace}};
 
     if (argc == 2 && !strcmp(argv[1], "--version")) {
         puts("ddp-topo " PACKAGE_VERSION);
