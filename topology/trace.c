@@ -214,10 +214,29 @@ static int same_call(const entry_t *a, const entry_t *b)
     return !strcmp(a->op, b->op) && a->count == b->count && !strcmp(a->dtype, b->dtype);
 }
 
+/* the first sequence number both rings hold but issued differently, 0:
+ * none (both are in ascending order: one merge, not a search per entry) */
+static uint64_t first_difference(const dump_t *a, const dump_t *b)
+{
+    size_t i = 0, j = 0;
+
+    while (i < a->n && j < b->n) {
+        if (a->e[i].seq < b->e[j].seq)
+            i++;
+        else if (a->e[i].seq > b->e[j].seq)
+            j++;
+        else if (!same_call(&a->e[i], &b->e[j]))
+            return a->e[i].seq;
+        else
+            i++, j++;
+    }
+    return 0;
+}
+
 static void judge(const dt_trace_t *t, verdict_t *v)
 {
-    const entry_t *ref = NULL;
-    uint64_t lo = UINT64_MAX;
+    const dump_t *ref = NULL;
+    uint64_t lo = UINT64_MAX, m;
 
     memset(v, 0, sizeof(*v));
     for (int r = 0; r < t->size; r++)
@@ -227,16 +246,16 @@ static void judge(const dt_trace_t *t, verdict_t *v)
     for (int r = 0; r < t->size && !v->next; r++)
         if (t->d[r].present)
             v->next = find(&t->d[r], lo + 1);
-    /* the first collective two ranks' rings both hold but issued differently */
-    for (int r = 0; r < t->size; r++)
-        for (size_t i = 0; t->d[r].present && i < t->d[r].n; i++) {
-            const entry_t *e = &t->d[r].e[i];
-            if (v->mismatch && e->seq >= v->mismatch)
-                break;
-            for (int q = 0; q < r; q++)
-                if (t->d[q].present && (ref = find(&t->d[q], e->seq)) && !same_call(ref, e))
-                    v->mismatch = e->seq;
-        }
+    /* against the lowest rank that dumped: the first difference with any
+     * rank is the first with it, or it and that rank both differ there */
+    for (int r = 0; r < t->size; r++) {
+        if (!t->d[r].present)
+            continue;
+        if (!ref)
+            ref = &t->d[r];
+        else if ((m = first_difference(ref, &t->d[r])) && (!v->mismatch || m < v->mismatch))
+            v->mismatch = m;
+    }
 }
 
 /* where rank r is with respect to the first unfinished collective */
