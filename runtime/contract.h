@@ -151,6 +151,11 @@ const char *contract_launcher_name(int argc, char **argv);
  *   node R NAME              (one per rank of the world)
  *   c SEQ OP COUNT DTYPE ALGO STATE START END   (oldest first; END 0: in it)
  * STATE is one of the three below; times are wall-clock seconds. */
+/* Prometheus metrics (libddprt): DIR/ddprt-JOB.STEP-RANK.prom, rewritten at
+ * most once per INTERVAL seconds (docs/runtime.md lists the metrics). */
+#define DRT_ENV_METRICS_DIR "DDPRT_METRICS_DIR"
+#define DRT_ENV_METRICS_INTERVAL "DDPRT_METRICS_INTERVAL"
+
 #define DRT_ENV_TRACE_DIR "DDPRT_TRACE_DIR"
 #define DRT_TRACE_MAGIC "ddprt-trace 1"
 #define DRT_TRACE_FILE "ddprt-trace."

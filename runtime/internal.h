@@ -92,6 +92,7 @@ struct drt_comm {
     unsigned char *bounce;    /* TCP receive-and-reduce staging */
     coll_set_t cpu;           /* host buffers: world, node, rail on the CPU backend */
     struct trace *trace;      /* trace.c: the flight recorder; NULL without DDPRT_TRACE_DIR */
+    struct metrics *metrics;  /* metrics.c: Prometheus files; NULL without DDPRT_METRICS_DIR */
     struct gpu *gpu;          /* gpu.c: device, NCCL communicators; NULL before use */
     void *gpu_child;          /* gpucomm.c: the world's ncclCommShrink result, for the
                                * next attach (drt_shrink); NULL otherwise */
@@ -266,6 +267,17 @@ void trace_close(drt_comm_t *c);
 void trace_enter(drt_comm_t *c, trace_op_t op, size_t count, int dtype);
 int trace_leave(drt_comm_t *c, int rc, const drt_error_t *err);
 void trace_dump(drt_comm_t *c, const char *reason);
+
+/* metrics.c: the Prometheus textfile (DDPRT_METRICS_DIR). enter and leave
+ * frame each collective (coll.c, with c->metrics set), step each bucketed
+ * step (bucket.c), shrink a recovery that dropped lost ranks (shrink.c);
+ * each may rewrite the file, at most once per DDPRT_METRICS_INTERVAL. */
+int metrics_open(drt_comm_t *c, drt_error_t *err);
+void metrics_close(drt_comm_t *c); /* removes the file */
+void metrics_enter(drt_comm_t *c, trace_op_t op, size_t count, int dtype);
+void metrics_leave(drt_comm_t *c, int rc);
+void metrics_step(drt_comm_t *c, const drt_step_stats_t *st);
+void metrics_shrink(drt_comm_t *c, int lost);
 
 /* request.c: the non-blocking requests and their progress thread */
 void request_stop(drt_comm_t *c); /* ends the thread (drt_finalize) */

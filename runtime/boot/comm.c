@@ -97,7 +97,8 @@ int drt_init(drt_comm_t **out, drt_error_t *err)
         rt_fail(err, "out of memory for %d ranks", c->size);
         goto fail;
     }
-    if (boot_exchange(c, err) < 0 || shm_attach(c, err) < 0 || trace_open(c, err) < 0)
+    if (boot_exchange(c, err) < 0 || shm_attach(c, err) < 0 || trace_open(c, err) < 0 ||
+        metrics_open(c, err) < 0)
         goto fail;
     if (cpu_set_init(c) < 0) {
         rt_fail(err, "out of memory");
@@ -119,6 +120,7 @@ void drt_finalize(drt_comm_t *c)
         return;
     request_stop(c);
     trace_close(c);
+    metrics_close(c);
     gpu_finalize(c); /* its watchdog reads the channels and the notice socket */
     pmix_finalize(c);
     for (int r = 0; c->chan && r < c->size; r++)

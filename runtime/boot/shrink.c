@@ -435,6 +435,7 @@ int drt_shrink(drt_comm_t *c, drt_shrink_info_t *info, drt_error_t *err)
     if (rebuild(c, m, n, err) < 0)
         goto out;
     info->new_nodes = c->nnodes;
+    metrics_shrink(c, info->old_size - info->new_size);
     info->seconds = rt_now() - t0;
     rt_log(c, "shrink: world %d -> %d in %.3f s", info->old_size, info->new_size, info->seconds);
     rc = 0;

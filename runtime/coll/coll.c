@@ -7,6 +7,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Each collective's frame: the flight recorder's entry and the metrics' count. */
+static void enter(drt_comm_t *c, trace_op_t op, size_t count, int dtype)
+{
+    trace_enter(c, op, count, dtype);
+    if (c->metrics)
+        metrics_enter(c, op, count, dtype);
+}
+
+static int leave(drt_comm_t *c, int rc, const drt_error_t *err)
+{
+    if (c->metrics)
+        metrics_leave(c, rc);
+    return trace_leave(c, rc, err);
+}
+
 /* Once a rank is known gone, a collective could only wait for it (or for
  * survivors already in drt_shrink): each fails at once until drt_shrink. */
 static int broken(drt_comm_t *c, drt_error_t *err)
@@ -41,7 +56,7 @@ int coll_allreduce(drt_comm_t *c, const void *send, void *recv, size_t count, dr
         if (!(work = aligned_alloc(64, ((count * wsize) / 64 + 1) * 64)))
             return rt_fail(err, "out of memory for %zu elements", count);
     }
-    trace_enter(c, TRACE_ALLREDUCE, count, (int)t);
+    enter(c, TRACE_ALLREDUCE, count, (int)t);
     /* out of place into recv itself: the algorithms read send directly when
      * it is aligned too (reductions load elements from it) */
     read_send = !half && work == (unsigned char *)recv && work != send &&
@@ -60,7 +75,7 @@ int coll_allreduce(drt_comm_t *c, const void *send, void *recv, size_t count, dr
         memcpy(recv, work, count * esize);
     if (work != (unsigned char *)recv)
         free(work);
-    return trace_leave(c, rc, err);
+    return leave(c, rc, err);
 }
 
 int coll_broadcast(drt_comm_t *c, void *buf, size_t bytes, int root, drt_error_t *err)
@@ -74,8 +89,8 @@ int coll_broadcast(drt_comm_t *c, void *buf, size_t bytes, int root, drt_error_t
         return -1;
     for (int i = 0; i < g->n; i++)
         pos = g->ranks[i] == root ? i : pos;
-    trace_enter(c, TRACE_BROADCAST, bytes, TRACE_BYTES);
-    return trace_leave(c, g->ops->broadcast(&c->cpu, g, buf, bytes, pos, err), err);
+    enter(c, TRACE_BROADCAST, bytes, TRACE_BYTES);
+    return leave(c, g->ops->broadcast(&c->cpu, g, buf, bytes, pos, err), err);
 }
 
 int coll_allgather(drt_comm_t *c, const void *send, void *recv, size_t bytes, drt_error_t *err)
@@ -89,11 +104,11 @@ int coll_allgather(drt_comm_t *c, const void *send, void *recv, size_t bytes, dr
     }
     for (int i = 0; i < c->world.n; i++)
         s[i] = (span_t){(size_t)c->world.ranks[i] * bytes, bytes};
-    trace_enter(c, TRACE_ALLGATHER, bytes, TRACE_BYTES);
+    enter(c, TRACE_ALLGATHER, bytes, TRACE_BYTES);
     memmove((unsigned char *)recv + (size_t)c->rank * bytes, send, bytes);
     rc = c->world.ops->allgather(&c->cpu, &c->world, recv, s, 1, err);
     free(s);
-    return trace_leave(c, rc, err);
+    return leave(c, rc, err);
 }
 
 int coll_reduce_scatter(drt_comm_t *c, const void *send, void *recv, size_t count,
@@ -119,7 +134,7 @@ int coll_reduce_scatter(drt_comm_t *c, const void *send, void *recv, size_t coun
         memcpy(work, send, total * esize);
     for (int i = 0; i < c->world.n; i++)
         s[i] = (span_t){(size_t)c->world.ranks[i] * count * wsize, count};
-    trace_enter(c, TRACE_REDUCE_SCATTER, count, (int)t);
+    enter(c, TRACE_REDUCE_SCATTER, count, (int)t);
     rc = c->world.ops->reduce_scatter(&c->cpu, &c->world, &x, s, err);
     if (rc == 0 && half)
         rt_from_f32(recv, (float *)(work + (size_t)c->rank * count * wsize), count, t);
@@ -127,13 +142,13 @@ int coll_reduce_scatter(drt_comm_t *c, const void *send, void *recv, size_t coun
         memcpy(recv, work + (size_t)c->rank * count * esize, count * esize);
     free(s);
     free(work);
-    return trace_leave(c, rc, err);
+    return leave(c, rc, err);
 }
 
 int coll_barrier(drt_comm_t *c, drt_error_t *err)
 {
     if (broken(c, err))
         return -1;
-    trace_enter(c, TRACE_BARRIER, 0, TRACE_BYTES);
-    return trace_leave(c, cpu_fence(c, err), err);
+    enter(c, TRACE_BARRIER, 0, TRACE_BYTES);
+    return leave(c, cpu_fence(c, err), err);
 }

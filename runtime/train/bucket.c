@@ -415,6 +415,7 @@ int drt_buckets_finish(drt_buckets_t *b, drt_step_stats_t *stats, drt_error_t *e
     st.exposed_s = t_end - t_enter;
     st.step_s = t_end - b->t_begin;
     b->ref = t_end;
+    metrics_step(b->c, &st);
     if (stats)
         *stats = st;
     return 0;
