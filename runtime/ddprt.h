@@ -85,6 +85,9 @@ int drt_node_of(const drt_comm_t *c, int rank);
 /* Choose the allreduce algorithm (the default comes from DDPRT_ALGO). */
 void drt_set_algo(drt_comm_t *c, drt_algo_t algo);
 drt_algo_t drt_get_algo(const drt_comm_t *c);
+/* what the last allreduce on host buffers ran: flat or hier (auto's
+ * choice, flat where hier cannot run); flat before any */
+drt_algo_t drt_last_algo(const drt_comm_t *c);
 const char *drt_algo_name(drt_algo_t algo);
 /* 0 on success; "flat", "hier" or "auto"; -1 when unknown */
 int drt_algo_parse(const char *name, drt_algo_t *algo);

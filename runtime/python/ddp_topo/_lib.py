@@ -75,6 +75,12 @@ _PROTOTYPES = {
     "drt_gpu_attach": (_INT, [_P, _INT, _ERR]),
     "drt_gpu_device": (_INT, [_P]),
     "drt_gpu_allreduce": (_INT, [_P, _P, _P, _SIZE, _INT, _INT, _P, _ERR]),
+    "drt_node_of": (_INT, [_P, _INT]),
+    "drt_algo_name": (ctypes.c_char_p, [_INT]),
+}
+# the telemetry's queries: bound where the library has them (an older one has not)
+_TELEMETRY = {
+    "drt_last_algo": (_INT, [_P]),
 }
 # the elastic calls: bound where the library has them (an older one has not)
 _ELASTIC = {
@@ -100,7 +106,7 @@ def _load():
     for name, (restype, argtypes) in _PROTOTYPES.items():
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = restype, argtypes
-    for name, (restype, argtypes) in _ELASTIC.items():
+    for name, (restype, argtypes) in list(_ELASTIC.items()) + list(_TELEMETRY.items()):
         fn = getattr(lib, name, None)
         if fn is not None:
             fn.restype, fn.argtypes = restype, argtypes

@@ -367,6 +367,19 @@ class Runtime:
                               tuple(_text(info.lost_nodes[i]) for i in range(n)),
                               tuple(info.old_rank_of[:info.new_size]), info.seconds)
 
+    # Queries for the hooks' telemetry (ddp_topo.torch): like rank and
+    # size, any thread may make them, also from a when_done callback
+    def node_of(self, rank):
+        """The node (GROUP_RANK) rank runs on, -1 for no such rank."""
+        return self._state.lib.drt_node_of(self._state.handle, rank)
+
+    def last_algo(self):
+        """"flat" or "hier": what the last allreduce ran (auto's choice);
+        None with a libddprt older than drt_last_algo."""
+        lib = self._state.lib
+        fn = getattr(lib, "drt_last_algo", None)
+        return _text(lib.drt_algo_name(fn(self._state.handle))) if fn else None
+
     def when_done(self, request, callback):
         """Call callback(None), or callback(the RuntimeFailure), from a waiter
         thread once request is done; requests complete in the order given.

@@ -15,7 +15,13 @@ DDPRT_TORCH_GPU=ddprt.
 A bucket must be dense and contiguous (checked before it is touched, on
 either device); the bf16 hook reduces a contiguous copy, so any layout
 works there. DDP may call the hooks from its own threads: the Runtime
-serialises its calls."""
+serialises its calls.
+
+Telemetry: with init_process_group(log_every=N) (or DDPRT_TORCH_LOG_EVERY=N,
+and metrics=FILE or DDPRT_TORCH_METRICS=FILE for JSON lines), or
+telemetry(rt, N), rank 0 prints ddp-train's telemetry line for the hooks
+every N steps: step, compute, comm and exposed time, busbw, the algorithm
+and the slowest rank (_telemetry.py says how each is measured)."""
 
 import ctypes
 import os
@@ -26,6 +32,7 @@ import torch.distributed as dist
 
 from ._lib import RuntimeFailure
 from ._runtime import Runtime
+from ._telemetry import Telemetry
 
 _DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.bfloat16: "bfloat16",
            torch.float16: "float16", torch.int32: "int32", torch.int64: "int64"}
@@ -34,6 +41,34 @@ _DTYPES = {torch.float32: "float32", torch.float64: "float64", torch.bfloat16: "
 _GPU_PATHS = ("torch", "ddprt")
 # the GPU path each Runtime of init_process_group was given (others: the default)
 _gpu_path_of = weakref.WeakKeyDictionary()
+# each Runtime's telemetry, when asked for
+_telemetry_of = weakref.WeakKeyDictionary()
+
+
+def telemetry(rt, every=10, metrics=None, straggler_ms=10.0):
+    """Report the hooks' communication on rt every `every` steps: rank 0
+    prints ddp-train's telemetry line (no loss: the hooks never see it) and,
+    with metrics=FILE, writes each line as JSON (ddp-train --plot draws
+    it). straggler_ms: the lag that names the slowest rank. Collective in
+    effect: every rank must ask with the same `every`. Returns it."""
+    tel = Telemetry(rt, every, metrics, straggler_ms)
+    old = _telemetry_of.get(rt)
+    if old is not None:
+        old.close()
+    _telemetry_of[rt] = tel
+    weakref.finalize(rt, tel.close)
+    return tel
+
+
+def _env_every(log_every):
+    if log_every is not None:
+        return log_every
+    text = os.environ.get("DDPRT_TORCH_LOG_EVERY", "0")
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError("ddp-topo: DDPRT_TORCH_LOG_EVERY=%r: expected a whole number of steps "
+                         "(0: no telemetry)" % (text,)) from None
 
 
 def _gpu_path(choice=None):
@@ -79,13 +114,19 @@ def _env_method():
     return "env://"
 
 
-def init_process_group(backend=None, gpu=None, **kwargs):
+def init_process_group(backend=None, gpu=None, log_every=None, metrics=None, **kwargs):
     """torch.distributed from the environment (env://), gloo on CPU and nccl
     when the task has a GPU, the device set from the binding; returns the
     Runtime, the hooks' state. gpu: who sums CUDA buckets in the hooks,
     "torch" (default; DDPRT_TORCH_GPU) or "ddprt", whose NCCL communicators
-    are then attached here. Raises NotLaunchedError outside a launcher."""
+    are then attached here. log_every, metrics: the hooks' telemetry
+    (telemetry(); default DDPRT_TORCH_LOG_EVERY, 0: none, and
+    DDPRT_TORCH_METRICS). Raises NotLaunchedError outside a launcher."""
     path = _gpu_path(gpu)
+    every = _env_every(log_every)
+    if not isinstance(every, int) or every < 0:
+        raise ValueError("ddp-topo: log_every %r: expected a whole number of steps (0: no "
+                         "telemetry)" % (every,))
     if backend is None:
         backend = "nccl" if torch.cuda.is_available() else "gloo"
     # Runtime first, then a barrier: without DDPRT_PORT its rendezvous is on
@@ -102,6 +143,8 @@ def init_process_group(backend=None, gpu=None, **kwargs):
         rt.close()
         raise
     _gpu_path_of[rt] = path
+    if every:
+        telemetry(rt, every, metrics or os.environ.get("DDPRT_TORCH_METRICS") or None)
     return rt
 
 
@@ -157,18 +200,26 @@ def _raise_failure(fut):
     return value
 
 
-def _sum_later(rt, tensor, then, scale=1.0):
+def _sum_later(rt, tensor, then, last, scale=1.0):
     """Scale tensor, then sum it in place across the ranks; a Future of
     then()'s value once done, or of the failure (the runtime's, naming the
-    rank; a tensor the runtime cannot reduce is left untouched)."""
+    rank; a tensor the runtime cannot reduce is left untouched). last: the
+    step's last bucket, for the telemetry."""
     fut = torch.futures.Future()
+    tel = _telemetry_of.get(rt)
+    handed = tel.handed(tensor.numel() * tensor.element_size(), last) if tel else None
 
     def finish(error):
         try:
             if error is not None:
                 raise error
-            fut.set_result(then())
+            value = then()
+            if tel:  # before the Future: its vector precedes any later bucket
+                tel.done(handed)
+            fut.set_result(value)
         except Exception as e:  # DDP raises it from backward()
+            if tel:
+                tel.failed()
             fut.set_result(e)
 
     try:
@@ -189,12 +240,18 @@ def _sum_later(rt, tensor, then, scale=1.0):
 def allreduce_hook(rt, bucket):
     """Blocking: the bucket is averaged before the hook returns."""
     fut, tensor = torch.futures.Future(), bucket.buffer()
+    tel = _telemetry_of.get(rt)
+    handed = tel.handed(tensor.numel() * tensor.element_size(), bucket.is_last()) if tel else None
     try:
         layout = _layout(tensor)
         tensor.mul_(1.0 / rt.size)
         _sum_now(rt, tensor, layout)
+        if tel:
+            tel.done(handed, blocking=True)
         fut.set_result(tensor)
     except (RuntimeFailure, ValueError) as e:
+        if tel:
+            tel.failed()
         fut.set_result(e)
     return fut.then(_raise_failure)
 
@@ -203,7 +260,7 @@ def async_allreduce_hook(rt, bucket):
     """The bucket is averaged by the runtime's progress thread while backward
     goes on; a waiter thread completes the Future."""
     tensor = bucket.buffer()
-    return _sum_later(rt, tensor, lambda: tensor, 1.0 / rt.size)
+    return _sum_later(rt, tensor, lambda: tensor, bucket.is_last(), 1.0 / rt.size)
 
 
 def bf16_compress_hook(rt, bucket):
@@ -212,7 +269,7 @@ def bf16_compress_hook(rt, bucket):
     whatever the bucket's layout, so a strided bucket is reduced right."""
     tensor = bucket.buffer()
     compressed = tensor.mul_(1.0 / rt.size).to(torch.bfloat16).contiguous()
-    return _sum_later(rt, compressed, lambda: tensor.copy_(compressed))
+    return _sum_later(rt, compressed, lambda: tensor.copy_(compressed), bucket.is_last())
 
 
 # DDP refuses a hook *named* bf16_compress_hook without CUDA 11 and NCCL

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* ddp-train --plot: the --metrics JSON lines drawn with gnuplot (tools.h
- * says what it promises). The lines are ddp-train's own, so a tiny tolerant
- * scanner does: it looks for the six keys and their numbers, nothing else. */
+ * says what it promises). The lines are ddp-train's own, or ddp_topo.torch's
+ * telemetry (the same keys but the loss, which the hooks never see), so a
+ * tiny tolerant scanner does: it looks for the six keys and their numbers,
+ * nothing else. */
 #define _POSIX_C_SOURCE 200809L /* getline, mkstemp, popen */
 #include "tools.h"
 #include "files.h"
@@ -18,6 +20,8 @@
 static const char *const keys[] = {"step", "loss", "step_ms", "compute_ms", "comm_ms",
                                    "exposed_ms"};
 #define NKEYS (sizeof(keys) / sizeof(keys[0]))
+#define LOSS 1 /* the one key a line may lack: gnuplot reads NaN as no point */
+#define NEEDED "step, step_ms, compute_ms, comm_ms and exposed_ms"
 
 /* a --metrics line is about 330 bytes: 1 GiB is some 3 million steps, and
  * a line getline reads is bounded by it */
@@ -46,9 +50,10 @@ static bool json_number(const char *line, const char *key, double *v)
 }
 
 /* Copies the usable lines of jsonl into dat as six columns; counts lines
- * read and kept. -1 with a message when jsonl cannot be read. */
-static int convert(const char *jsonl, FILE *dat, size_t *lines, size_t *kept, char *err,
-                   size_t errlen)
+ * read, kept, and kept with a loss. -1 with a message when jsonl cannot be
+ * read. */
+static int convert(const char *jsonl, FILE *dat, size_t *lines, size_t *kept, size_t *losses,
+                   char *err, size_t errlen)
 {
     char why[200];
     FILE *in = train_input_open(jsonl, PLOT_INPUT_MAX, NULL, why, sizeof(why));
@@ -60,7 +65,7 @@ static int convert(const char *jsonl, FILE *dat, size_t *lines, size_t *kept, ch
                  why);
         return -1;
     }
-    *lines = *kept = 0;
+    *lines = *kept = *losses = 0;
     while (getline(&line, &cap, in) >= 0) {
         double v[NKEYS];
         size_t k = 0;
@@ -68,11 +73,17 @@ static int convert(const char *jsonl, FILE *dat, size_t *lines, size_t *kept, ch
         if (strspn(line, " \t\r\n") == strlen(line))
             continue; /* a blank line is no data, nor a skipped one */
         ++*lines;
-        while (k < NKEYS && json_number(line, keys[k], &v[k]))
-            k++;
+        for (k = 0; k < NKEYS; k++) {
+            if (json_number(line, keys[k], &v[k]))
+                continue;
+            if (k != LOSS)
+                break;
+            v[k] = NAN;
+        }
         if (k < NKEYS)
             continue;
         ++*kept;
+        *losses += !isnan(v[LOSS]);
         for (k = 0; k < NKEYS; k++)
             fprintf(dat, "%.9g%c", v[k], k + 1 < NKEYS ? ' ' : '\n');
     }
@@ -118,7 +129,7 @@ static bool in_path(const char *prog)
 }
 
 /* The two panels: loss, and the times, per step. */
-static int run_gnuplot(const char *dat, const char *svg, char *err, size_t errlen)
+static int run_gnuplot(const char *dat, const char *svg, bool loss, char *err, size_t errlen)
 {
     FILE *gp = popen("gnuplot", "w");
     struct stat st;
@@ -130,17 +141,18 @@ static int run_gnuplot(const char *dat, const char *svg, char *err, size_t errle
     }
     fprintf(gp, "set terminal svg size 900,700 dynamic noenhanced background '#ffffff'\n"
             "set output '%s%s'\n"
-            "set multiplot layout 2,1\n"
+            "set multiplot layout %d,1\n"
             "set lmargin at screen 0.1\nset rmargin at screen 0.78\n" /* aligned steps */
             "set grid\nset xlabel 'step'\nset key outside right\n"
-            "set ylabel 'loss'\n"
-            "plot '%s%s' using 1:2 with lines title 'loss'\n"
+            "%s%s%s%s"
             "set ylabel 'ms per step'\n"
             "plot '%s%s' using 1:3 with lines title 'step', '' using 1:4 with lines title "
             "'compute', '' using 1:5 with lines title 'communication', '' using 1:6 with lines "
             "title 'exposed'\n"
             "unset multiplot\n",
-            gp_prefix(svg), svg, gp_prefix(dat), dat, gp_prefix(dat), dat);
+            gp_prefix(svg), svg, loss ? 2 : 1,
+            loss ? "set ylabel 'loss'\nplot '" : "", loss ? gp_prefix(dat) : "", loss ? dat : "",
+            loss ? "' using 1:2 with lines title 'loss'\n" : "", gp_prefix(dat), dat);
     status = pclose(gp);
     /* gnuplot exits 0 after some failures (an output it could not open), so
      * an empty svg counts as one too */
@@ -190,25 +202,28 @@ static int writable(const char *svg, char *err, size_t errlen)
     return 0;
 }
 
-/* The usable lines of jsonl into the data file at path; -1 with a message
- * when there is none or the file cannot be read or written. */
-static int write_dat(const char *jsonl, const char *path, FILE *dat, char *err, size_t errlen)
+/* The usable lines of jsonl into the data file at path (*loss: some have
+ * a loss); -1 with a message when there is none or the file cannot be read
+ * or written. */
+static int write_dat(const char *jsonl, const char *path, FILE *dat, bool *loss, char *err,
+                     size_t errlen)
 {
-    size_t lines, kept;
-    int rc = convert(jsonl, dat, &lines, &kept, err, errlen);
+    size_t lines, kept, losses;
+    int rc = convert(jsonl, dat, &lines, &kept, &losses, err, errlen);
 
     if (fclose(dat) != 0 && rc == 0) {
         snprintf(err, errlen, "cannot write %s: %s (free space in TMPDIR)", path, strerror(errno));
         return -1;
     }
     if (rc == 0 && kept == 0) {
-        snprintf(err, errlen, "%s: none of its %zu lines has step, loss, step_ms, compute_ms, "
-                 "comm_ms and exposed_ms (give the file that --metrics wrote)", jsonl, lines);
+        snprintf(err, errlen, "%s: none of its %zu lines has " NEEDED " (give the file that "
+                 "ddp-train --metrics or ddp_topo.torch's telemetry wrote)", jsonl, lines);
         return -1;
     }
     if (rc == 0 && kept < lines)
-        fprintf(stderr, "ddp-train: plot: skipped %zu of %zu lines of %s that lack one of step, "
-                "loss, step_ms, compute_ms, comm_ms, exposed_ms\n", lines - kept, lines, jsonl);
+        fprintf(stderr, "ddp-train: plot: skipped %zu of %zu lines of %s that lack one of "
+                NEEDED "\n", lines - kept, lines, jsonl);
+    *loss = losses > 0;
     return rc;
 }
 
@@ -216,6 +231,7 @@ int train_plot(const char *jsonl, const char *svg, char *err, size_t errlen)
 {
     char path[4200];
     FILE *dat;
+    bool loss = false;
     int rc;
 
     if (gp_name_ok(svg, err, errlen) < 0)
@@ -226,10 +242,10 @@ int train_plot(const char *jsonl, const char *svg, char *err, size_t errlen)
     }
     if (make_dat(path, sizeof(path), &dat, err, errlen) < 0)
         return -1;
-    rc = write_dat(jsonl, path, dat, err, errlen);
+    rc = write_dat(jsonl, path, dat, &loss, err, errlen);
     if (rc == 0)
         rc = writable(svg, err, errlen);
-    if (rc == 0 && run_gnuplot(path, svg, err, errlen) < 0) {
+    if (rc == 0 && run_gnuplot(path, svg, loss, err, errlen) < 0) {
         unlink(svg); /* no half-drawn picture left behind */
         rc = -1;
     }

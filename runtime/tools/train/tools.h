@@ -24,9 +24,10 @@ int train_dump(FILE *f, uint64_t step, model_t *m);
 int train_compare(const char *a, const char *b, double rtol, FILE *out);
 
 /* --plot FILE.jsonl -o OUT.svg: read the --metrics lines (each an object
- * with at least "step", "loss", "step_ms", "compute_ms", "comm_ms" and
- * "exposed_ms"; lines without them are skipped and counted on stderr) and
- * draw loss per step and the times per step with gnuplot into svg. 0, or -1
+ * with at least "step", "step_ms", "compute_ms", "comm_ms" and
+ * "exposed_ms", and "loss" in ddp-train's; lines without them are skipped
+ * and counted on stderr) and draw loss per step (when any line has one)
+ * and the times per step with gnuplot into svg. 0, or -1
  * with a message in err (no usable line, gnuplot missing or failing, a file
  * that cannot be read or written, a name with a quote or a newline). */
 int train_plot(const char *jsonl, const char *svg, char *err, size_t errlen);
