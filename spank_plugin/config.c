@@ -13,8 +13,7 @@
 #include "ddptopo.h"
 
 #define VALID_ARGS "default=off|env|auto, port_range=LO-HI, topology=live|PATTERN, " \
-                   "topology_match=yes|no, bind=none|gpu,cpu,mem,nic, check=PATH, " \
-                   "gpu_job_map=DIR, disable"
+                   "topology_match=yes|no, bind=none|gpu,cpu,mem,nic, check=PATH, disable"
 
 /* the plugin's modes are libddptopo's, which the dry run shares */
 _Static_assert((int)DDP_MODE_OFF == (int)DT_MODE_OFF && (int)DDP_MODE_ENV == (int)DT_MODE_ENV &&
@@ -109,19 +108,6 @@ static int config_arg(const char *arg, ddp_config_t *cfg, char *err, size_t errl
             return -1;
         }
         cfg->topology_match = !strcmp(v, "yes");
-        return 0;
-    }
-    if (!strncmp(arg, "gpu_job_map=", 12)) {
-        const char *v = arg + 12;
-        char path[512];
-        if (v[0] != '/' || strstr(v, "/..") || strlen(v) >= sizeof(cfg->job_map) ||
-            dt_topology_path(v, "n", "h", path, sizeof(path), &derr) < 0) {
-            snprintf(err, errlen, "plugstack.conf argument '%.80s': expected the absolute path "
-                     "of dcgm-exporter's --hpc-job-mapping-dir (no '..', %%n node name, %%h host "
-                     "name), shorter than %zu characters", arg, sizeof(cfg->job_map));
-            return -1;
-        }
-        memcpy(cfg->job_map, v, strlen(v) + 1);
         return 0;
     }
     if (!strcmp(arg, "disable")) {

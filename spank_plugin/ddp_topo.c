@@ -1,8 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* ddp_topo.so: SPANK entry points. This file only dispatches, down to one
  * file per SPANK context (local.c for srun/sbatch/salloc, remote.c for
- * slurmstepd, jobscript.c for slurmd's prolog and epilog) after options.c
- * has registered the options; nothing calls
+ * slurmstepd) after options.c has registered the options; nothing calls
  * back into it. The real work lives in libddptopo. */
 #include "config.h"
 #include "plugin.h"
@@ -49,16 +48,4 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
     (void)ac;
     (void)av;
     return spank_remote(sp) ? ddp_remote_task_init(sp) : 0;
-}
-
-int slurm_spank_job_prolog(spank_t sp, int ac, char **av)
-{
-    (void)sp;
-    return ddp_jobscript_prolog(ac, av);
-}
-
-int slurm_spank_job_epilog(spank_t sp, int ac, char **av)
-{
-    (void)sp;
-    return ddp_jobscript_epilog(ac, av);
 }

@@ -2,7 +2,7 @@
 /* Internal interface of ddp_topo.so, hidden by the linker version script
  * (ddp_topo.map); not installed. Calls go one way only: the dispatcher
  * (ddp_topo.c) calls options.c and one file per SPANK context (local.c,
- * remote.c, jobscript.c); remote.c calls bind.c, jobscript.c jobmap.c; both call the helpers (taskenv.c,
+ * remote.c); remote.c calls bind.c; both call the helpers (taskenv.c,
  * check.c, launcher.c, config.c, gpus.c), which call no file above them;
  * version.c is a constructor only (SLURM release check at dlopen).
  * Each file that keeps state keeps it in one static struct of its own. */
@@ -42,7 +42,6 @@ typedef struct {
     unsigned bind;         /* DT_BIND_* when the user does not choose */
     char checker[512];     /* check=PATH: ddp-check for --ddp-topo=...,check */
     bool disabled;         /* disable: --ddp-topo is accepted and sets nothing */
-    char job_map[256];     /* gpu_job_map=DIR: dcgm-exporter's job mapping; "" off */
 } ddp_config_t;
 
 /* what every plugstack.conf error tells the admin (nodes have the man page) */
@@ -100,15 +99,6 @@ int ddp_local_post_opt(void);
 int ddp_remote_init(int ac, char **av);
 int ddp_remote_user_init(spank_t sp);
 int ddp_remote_task_init(spank_t sp);
-
-/* jobscript.c: slurmd's job prolog and epilog (the gpu_job_map) */
-int ddp_jobscript_prolog(int ac, char **av);
-int ddp_jobscript_epilog(int ac, char **av);
-
-/* jobmap.c: dcgm-exporter's job mapping in DIR, as root: add the job to
- * the files of gpus (SLURM_JOB_GPUS), drop it from every file; -1 with err */
-int ddp_jobmap_add(const char *dir, const char *job, const char *gpus, char *err, size_t errlen);
-int ddp_jobmap_drop(const char *dir, const char *job, char *err, size_t errlen);
 
 /* taskenv.c: the job's and task's environment in slurmstepd */
 /* The longest variable read from the job (SLURM_STEP_NODELIST, DDP_TOPO,

@@ -175,6 +175,7 @@ drt_algo_t drt_last_algo(const drt_comm_t *c)
 {
     return c->cpu.last == DRT_ALGO_HIER ? DRT_ALGO_HIER : DRT_ALGO_FLAT;
 }
+
 int drt_node_of(const drt_comm_t *c, int rank)
 {
     return rank >= 0 && rank < c->size ? c->node_of[rank] : -1;

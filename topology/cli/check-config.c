@@ -74,7 +74,6 @@ static void print_config(const ddp_config_t *c, node_check_t *nc)
     say(nc, "topology_match: %s\n", c->topology_match ? "yes" : "no");
     say(nc, "bind: %s\n", dt_bind_name(c->bind, bind, sizeof(bind)));
     say(nc, "check: %s\n", c->checker);
-    say(nc, "gpu_job_map: %s\n", c->job_map[0] ? c->job_map : "none (no dcgm-exporter job mapping)");
     say(nc, "disable: %s\n", c->disabled ? "yes (--ddp-topo is accepted and sets nothing)" : "no");
 }
 

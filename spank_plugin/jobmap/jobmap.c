@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* dcgm-exporter's HPC job mapping (plugstack gpu_job_map=DIR): a file per
+/* dcgm-exporter's HPC job mapping (ddp_topo_jobmap.so dir=DIR): a file per
  * GPU, named by its index on the node, lists one job id per line; the
  * exporter then labels that GPU's metrics with hpc_job. The job prolog
  * adds the job to the files of the GPUs SLURM gave it on this node, the
@@ -14,7 +14,8 @@
  * prologs and epilogs of concurrent jobs. Errors are returned for the log;
  * the caller never fails the prolog over them (that would drain the node). */
 #define _GNU_SOURCE /* O_CLOEXEC, renameat */
-#include "plugin.h"
+#include "jobmap.h"
+#include "plugin.h" /* ddp_index_list_parse, shared with ddp_topo.so */
 
 #include <dirent.h>
 #include <stdarg.h>
@@ -50,13 +51,13 @@ static int open_dir(const char *dir, char *err, size_t errlen)
     int fd;
 
     if (mkdir(dir, 0755) < 0 && errno != EEXIST)
-        return fail(err, errlen, "gpu_job_map %s: cannot make it: %s", dir, strerror(errno));
+        return fail(err, errlen, "dir=%s: cannot make it: %s", dir, strerror(errno));
     if ((fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
-        return fail(err, errlen, "gpu_job_map %s: %s (give a real directory, not a link)", dir,
+        return fail(err, errlen, "dir=%s: %s (give a real directory, not a link)", dir,
                     strerror(errno));
     if (fstat(fd, &st) < 0 || st.st_uid != 0 || (st.st_mode & 022)) {
         close(fd);
-        return fail(err, errlen, "gpu_job_map %s: not owned by root, or writable by others "
+        return fail(err, errlen, "dir=%s: not owned by root, or writable by others "
                     "(chown root %s; chmod 755 %s: the prolog writes there as root)", dir, dir,
                     dir);
     }
@@ -68,11 +69,11 @@ static int take_lock(int dfd, const char *dir, char *err, size_t errlen)
     int fd = openat(dfd, LOCK_NAME, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
 
     if (fd < 0)
-        return fail(err, errlen, "gpu_job_map %s/%s: %s", dir, LOCK_NAME, strerror(errno));
+        return fail(err, errlen, "%s/%s: %s", dir, LOCK_NAME, strerror(errno));
     for (int ms = 0; flock(fd, LOCK_EX | LOCK_NB) < 0; ms += 10) {
         if (errno != EWOULDBLOCK || ms >= LOCK_WAIT_MS) {
             close(fd);
-            return fail(err, errlen, "gpu_job_map %s: the lock stayed taken for %d ms (another "
+            return fail(err, errlen, "dir=%s: the lock stayed taken for %d ms (another "
                         "prolog or epilog is stuck there)", dir, LOCK_WAIT_MS);
         }
         nanosleep(&(struct timespec){0, 10000000}, NULL);
@@ -156,10 +157,10 @@ static int update(int dfd, const char *dir, const char *name, const char *job, i
     char old[FILE_MAX], text[FILE_MAX + 64];
 
     if (read_list(dfd, name, old, sizeof(old)) < 0)
-        return fail(err, errlen, "gpu_job_map %s/%s: not a regular file of at most %d bytes "
+        return fail(err, errlen, "%s/%s: not a regular file of at most %d bytes "
                     "(remove it)", dir, name, FILE_MAX - 1);
     if (write_list(dfd, name, text, edit_list(old, job, add, text, sizeof(text))) < 0)
-        return fail(err, errlen, "gpu_job_map %s/%s: cannot write it: %s", dir, name,
+        return fail(err, errlen, "%s/%s: cannot write it: %s", dir, name,
                     strerror(errno));
     return 0;
 }
@@ -169,7 +170,7 @@ static int valid_job(const char *job)
     return job && *job && strlen(job) < 32 && strspn(job, "0123456789_") == strlen(job);
 }
 
-int ddp_jobmap_add(const char *dir, const char *job, const char *gpus, char *err, size_t errlen)
+int jobmap_add(const char *dir, const char *job, const char *gpus, char *err, size_t errlen)
 {
     int idx[DDP_GPUS_MAX];
     unsigned n;
@@ -177,10 +178,10 @@ int ddp_jobmap_add(const char *dir, const char *job, const char *gpus, char *err
     int dfd, lock, rc = 0;
 
     if (!valid_job(job))
-        return fail(err, errlen, "gpu_job_map: the prolog's SLURM_JOB_ID '%.40s' is not a job id",
+        return fail(err, errlen, "the prolog's SLURM_JOB_ID '%.40s' is not a job id",
                     job ? job : "");
     if (ddp_index_list_parse(gpus, idx, DDP_GPUS_MAX, &n) < 0)
-        return fail(err, errlen, "gpu_job_map: cannot parse SLURM_JOB_GPUS '%.100s' (GPU "
+        return fail(err, errlen, "cannot parse SLURM_JOB_GPUS '%.100s' (GPU "
                     "indices expected)", gpus);
     if ((dfd = open_dir(dir, err, errlen)) < 0)
         return -1;
@@ -195,14 +196,14 @@ int ddp_jobmap_add(const char *dir, const char *job, const char *gpus, char *err
     return lock < 0 ? -1 : rc;
 }
 
-int ddp_jobmap_drop(const char *dir, const char *job, char *err, size_t errlen)
+int jobmap_drop(const char *dir, const char *job, char *err, size_t errlen)
 {
     struct dirent *e;
     DIR *d;
     int dfd, lock, rc = 0;
 
     if (!valid_job(job))
-        return fail(err, errlen, "gpu_job_map: the epilog's SLURM_JOB_ID '%.40s' is not a job id",
+        return fail(err, errlen, "the epilog's SLURM_JOB_ID '%.40s' is not a job id",
                     job ? job : "");
     if ((dfd = open_dir(dir, err, errlen)) < 0)
         return -1;
@@ -210,7 +211,7 @@ int ddp_jobmap_drop(const char *dir, const char *job, char *err, size_t errlen)
         if (lock >= 0)
             close(lock);
         close(dfd);
-        return lock < 0 ? -1 : fail(err, errlen, "gpu_job_map %s: %s", dir, strerror(errno));
+        return lock < 0 ? -1 : fail(err, errlen, "dir=%s: %s", dir, strerror(errno));
     }
     /* every GPU's file: the job's GPUs are not needed to undo it */
     while ((e = readdir(d)))
