@@ -200,14 +200,22 @@ def _raise_failure(fut):
     return value
 
 
-def _sum_later(rt, tensor, then, last, scale=1.0):
+def _handed(rt, tensor, bucket):
+    """The telemetry and this bucket's hand-over time, (None, None) without
+    telemetry (then the bucket is not asked anything beyond its buffer)."""
+    tel = _telemetry_of.get(rt)
+    if tel is None:
+        return None, None
+    return tel, tel.handed(tensor.numel() * tensor.element_size(), bucket.is_last())
+
+
+def _sum_later(rt, tensor, then, bucket, scale=1.0):
     """Scale tensor, then sum it in place across the ranks; a Future of
     then()'s value once done, or of the failure (the runtime's, naming the
-    rank; a tensor the runtime cannot reduce is left untouched). last: the
-    step's last bucket, for the telemetry."""
+    rank; a tensor the runtime cannot reduce is left untouched). bucket:
+    DDP's, for the telemetry (is it the step's last)."""
     fut = torch.futures.Future()
-    tel = _telemetry_of.get(rt)
-    handed = tel.handed(tensor.numel() * tensor.element_size(), last) if tel else None
+    tel, handed = _handed(rt, tensor, bucket)
 
     def finish(error):
         try:
@@ -240,8 +248,7 @@ def _sum_later(rt, tensor, then, last, scale=1.0):
 def allreduce_hook(rt, bucket):
     """Blocking: the bucket is averaged before the hook returns."""
     fut, tensor = torch.futures.Future(), bucket.buffer()
-    tel = _telemetry_of.get(rt)
-    handed = tel.handed(tensor.numel() * tensor.element_size(), bucket.is_last()) if tel else None
+    tel, handed = _handed(rt, tensor, bucket)
     try:
         layout = _layout(tensor)
         tensor.mul_(1.0 / rt.size)
@@ -260,7 +267,7 @@ def async_allreduce_hook(rt, bucket):
     """The bucket is averaged by the runtime's progress thread while backward
     goes on; a waiter thread completes the Future."""
     tensor = bucket.buffer()
-    return _sum_later(rt, tensor, lambda: tensor, bucket.is_last(), 1.0 / rt.size)
+    return _sum_later(rt, tensor, lambda: tensor, bucket, 1.0 / rt.size)
 
 
 def bf16_compress_hook(rt, bucket):
@@ -269,7 +276,7 @@ def bf16_compress_hook(rt, bucket):
     whatever the bucket's layout, so a strided bucket is reduced right."""
     tensor = bucket.buffer()
     compressed = tensor.mul_(1.0 / rt.size).to(torch.bfloat16).contiguous()
-    return _sum_later(rt, compressed, lambda: tensor.copy_(compressed), bucket.is_last())
+    return _sum_later(rt, compressed, lambda: tensor.copy_(compressed), bucket)
 
 
 # DDP refuses a hook *named* bf16_compress_hook without CUDA 11 and NCCL
