@@ -20,8 +20,33 @@ least straggler_ms."""
 import ctypes
 import json
 import os
+import stat
 import threading
 import time
+
+
+def _open_metrics(path):
+    """path for writing, as ddp-train's --metrics: a new or regular file,
+    emptied; a final symbolic link, a FIFO (which would block until read), a
+    device or a directory is refused, naming it."""
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            raise ValueError("ddp-topo: telemetry metrics file %r: not a regular file (give a "
+                             "new or regular file)" % (path,))
+    except FileNotFoundError:
+        pass
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+                     | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        raise ValueError("ddp-topo: telemetry metrics file %r: %s (give a new or regular file)"
+                         % (path, e.strerror)) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ValueError("ddp-topo: telemetry metrics file %r: not a regular file (give a new "
+                         "or regular file)" % (path,))
+    os.ftruncate(fd, 0)
+    return os.fdopen(fd, "w", encoding="utf-8")
 
 
 def _busbw(size, nbytes, secs):
@@ -30,7 +55,10 @@ def _busbw(size, nbytes, secs):
 
 
 class Telemetry:
-    """One per Runtime; the hooks call handed() and done()."""
+    """One per Runtime; the hooks call handed() and done(). Threads: DDP's
+    autograd thread calls handed(), and done() for blocking hooks; the
+    Runtime's waiter thread calls done() for async ones and _report(). All
+    of the state is under one lock; the line is printed outside it."""
 
     def __init__(self, rt, every, metrics=None, straggler_ms=10.0, out=None):
         if not isinstance(every, int) or every < 1:
@@ -40,7 +68,7 @@ class Telemetry:
         self._out = out or (lambda line: os.write(1, (line + "\n").encode()))
         self._file = None
         if metrics and rt.rank == 0:
-            self._file = open(metrics, "w", encoding="utf-8")  # a run starts it over
+            self._file = _open_metrics(metrics)  # a run starts it over
         self._lock = threading.Lock()  # the hooks' thread and the waiter's
         self.steps = 0
         self._t_end = None  # the previous step's end
