@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -113,8 +114,9 @@ static int parse_seconds(const char *opt, const char *s, double *v)
     return 0;
 }
 
-/* A socket bound to a free port of MASTER_ADDR, listening when `listen`
- * is set: rank 0's rendezvous socket, which no other process can take
+/* A socket bound to port *port of MASTER_ADDR (0: a free one the kernel
+ * picks; *port is then set), listening when `listen` is set: rank 0's
+ * rendezvous socket, which no other process can take
  * before rank 0 uses it. CLOEXEC: only rank 0 gets it, by clearing the flag
  * after fork. Returns the fd, or -1 with errno (EADDRNOTAVAIL: the address
  * is not one of this network namespace, so rank 0 will not run here). */
@@ -131,7 +133,7 @@ static int bind_free_port(const char *host, int listening, int *port)
     }
     memcpy(&a, ai->ai_addr, sizeof(a));
     freeaddrinfo(ai);
-    a.sin_port = 0;
+    a.sin_port = htons((uint16_t)*port);
     if ((fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
         return -1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
@@ -144,6 +146,56 @@ static int bind_free_port(const char *host, int listening, int *port)
     }
     *port = ntohs(a.sin_port);
     return fd;
+}
+
+/* The ports MASTER_PORT is drawn from: above the kernel's ephemeral range
+ * (ip_local_port_range), else below it. A port inside it is one the kernel
+ * may hand to any socket the ranks bind to port 0 or connect (the runtime's
+ * listeners, gloo's) before rank 0's TCPStore binds it: seen once in
+ * torch-telemetry.test as "Address already in use". 0 when no range is
+ * left outside (every port is ephemeral). */
+static int master_port_range(int *lo, int *hi)
+{
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "re");
+    int elo = 32768, ehi = 60999; /* Linux's default, if the file cannot be read */
+
+    if (f) {
+        if (fscanf(f, "%d %d", &elo, &ehi) != 2)
+            elo = 32768, ehi = 60999;
+        fclose(f);
+    }
+    if (ehi < 65535)
+        *lo = ehi + 1, *hi = 65535;
+    else if (elo > 1024)
+        *lo = 1024, *hi = elo - 1;
+    else
+        return 0;
+    return 1;
+}
+
+/* A free port for torch's TCPStore outside the ephemeral range (32 random
+ * tries, as the plugin's port_range keeps out of it), else the kernel's
+ * pick; bound only while it is picked. Returns the port, -1 with errno. */
+static int pick_master_port(const char *host)
+{
+    int lo, hi, port = 0, fd;
+    uint32_t r[32];
+
+    if (master_port_range(&lo, &hi) && getrandom(r, sizeof(r), 0) == (ssize_t)sizeof(r))
+        for (int i = 0; i < 32; i++) {
+            port = lo + (int)(r[i] % (uint32_t)(hi - lo + 1));
+            if ((fd = bind_free_port(host, 0, &port)) >= 0) {
+                close(fd);
+                return port;
+            }
+            if (errno != EADDRINUSE && errno != EACCES)
+                return -1; /* the address itself: no other port would do */
+        }
+    port = 0;
+    if ((fd = bind_free_port(host, 0, &port)) < 0)
+        return -1;
+    close(fd);
+    return port;
 }
 
 static int set_one(void *ctx, const char *name, const char *value)
@@ -542,12 +594,12 @@ static void warn_master_port(const char *host)
 /* DDPRT_PORT, unless the user set one: a port this process listens on for
  * rank 0's runtime. MASTER_PORT, unless the user set one: another free
  * port, bound only while it is picked, as torchrun --standalone does, so
- * torch's TCPStore can bind it (its bind races other processes, as under
- * torchrun; the runtime's never does). */
+ * torch's TCPStore can bind it (its bind races other processes that bind
+ * that very port, as under torchrun; the runtime's never does). */
 static int pick_ports(const char *host, int *listen_fd)
 {
     const char *user = getenv(DRT_ENV_PORT);
-    int port, probe;
+    int port = 0;
 
     *listen_fd = -1;
     unsetenv(DRT_ENV_LISTEN_FD); /* a launcher's above us is not ours to pass on */
@@ -560,10 +612,9 @@ static int pick_ports(const char *host, int *listen_fd)
         warn_master_port(host);
         return 0;
     }
-    /* while the runtime's socket is bound, the kernel cannot pick its port */
-    if ((probe = bind_free_port(host, 0, &port)) < 0)
+    /* while the runtime's socket is bound, its port cannot be picked */
+    if ((port = pick_master_port(host)) < 0)
         return -1;
-    close(probe);
     setenv_num(DRT_ENV_MASTER_PORT, port);
     return 0;
 }
