@@ -29,7 +29,7 @@ typedef struct {
 
 /* One reduction: buf gets the result, src is the input when out of place
  * (NULL: in place, the input is buf). count elements of esize bytes (on the
- * CPU path aligned, 16-bit floats widened to float32 before they get here).
+ * CPU path aligned; 16-bit floats stay 16 bits, each step rounding once).
  * op DRT_AVG: sum, then divide by avg_n, which a backend does once, on the
  * part of the result it owns (NCCL: a pre-multiplied sum of floats). */
 typedef struct {

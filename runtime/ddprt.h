@@ -112,8 +112,9 @@ int drt_dtype_parse(const char *name, drt_dtype_t *t);
 size_t drt_dtype_size(drt_dtype_t t);
 
 /* Collectives on host buffers of any alignment. send == recv is in place.
- * Every rank ends with the same bytes. 16-bit floats are reduced in float32;
- * integer averages round toward zero. */
+ * Every rank ends with the same bytes. 16-bit floats travel as 16 bits; each
+ * reduction step adds in float32 and rounds once; integer averages round
+ * toward zero. */
 int drt_allreduce(drt_comm_t *c, const void *send, void *recv, size_t count, drt_dtype_t t,
                   drt_op_t op, drt_error_t *err);
 int drt_broadcast(drt_comm_t *c, void *buf, size_t bytes, int root, drt_error_t *err);

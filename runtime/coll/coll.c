@@ -37,41 +37,33 @@ static int broken(drt_comm_t *c, drt_error_t *err)
                    (unsigned long long)c->seq + 1);
 }
 
-/* The working buffer: recv itself when aligned for the type, else a copy;
- * 16-bit floats always widen to float32. */
+/* The working buffer: recv itself when aligned for the type, else a copy. */
 int coll_allreduce(drt_comm_t *c, const void *send, void *recv, size_t count, drt_dtype_t t,
                    drt_op_t op, drt_error_t *err)
 {
     size_t esize = drt_dtype_size(t);
-    int half = t == DRT_BFLOAT16 || t == DRT_FLOAT16, read_send, rc;
-    size_t wsize = half ? sizeof(float) : esize;
     unsigned char *work = recv;
+    int read_send, rc;
     coll_args_t x;
 
     if (!esize)
         return rt_fail(err, "allreduce: unknown data type %d", (int)t);
     if (broken(c, err))
         return -1;
-    if (half || ((uintptr_t)recv % esize) != 0) {
-        if (!(work = aligned_alloc(64, ((count * wsize) / 64 + 1) * 64)))
+    if (((uintptr_t)recv % esize) != 0) {
+        if (!(work = aligned_alloc(64, ((count * esize) / 64 + 1) * 64)))
             return rt_fail(err, "out of memory for %zu elements", count);
     }
     enter(c, TRACE_ALLREDUCE, count, (int)t);
     /* out of place into recv itself: the algorithms read send directly when
      * it is aligned too (reductions load elements from it) */
-    read_send = !half && work == (unsigned char *)recv && work != send &&
-                (uintptr_t)send % esize == 0;
-    if (half)
-        rt_to_f32((float *)work, send, count, t);
-    else if (work != send && !read_send)
+    read_send = work == (unsigned char *)recv && work != send && (uintptr_t)send % esize == 0;
+    if (work != send && !read_send)
         memmove(work, send, count * esize);
-    x = (coll_args_t){work, read_send ? send : NULL, count, wsize, half ? DRT_FLOAT32 : t, op,
-                      c->size};
+    x = (coll_args_t){work, read_send ? send : NULL, count, esize, t, op, c->size};
     rc = c->algo == DRT_ALGO_AUTO ? auto_allreduce(&c->cpu, &x, err)
                                   : algo_run(&c->cpu, c->algo, &x, err);
-    if (rc == 0 && half)
-        rt_from_f32(recv, (float *)work, count, t);
-    else if (rc == 0 && work != (unsigned char *)recv)
+    if (rc == 0 && work != (unsigned char *)recv)
         memcpy(recv, work, count * esize);
     if (work != (unsigned char *)recv)
         free(work);
@@ -115,12 +107,10 @@ int coll_reduce_scatter(drt_comm_t *c, const void *send, void *recv, size_t coun
                        drt_dtype_t t, drt_op_t op, drt_error_t *err)
 {
     size_t esize = drt_dtype_size(t), total = count * (size_t)c->size;
-    int half = t == DRT_BFLOAT16 || t == DRT_FLOAT16, rc;
-    size_t wsize = half ? sizeof(float) : esize;
-    drt_dtype_t wt = half ? DRT_FLOAT32 : t;
     span_t *s = calloc((size_t)c->size, sizeof(span_t));
-    unsigned char *work = aligned_alloc(64, ((total * wsize) / 64 + 1) * 64);
-    coll_args_t x = {work, NULL, total, wsize, wt, op, c->size};
+    unsigned char *work = aligned_alloc(64, ((total * esize) / 64 + 1) * 64);
+    coll_args_t x = {work, NULL, total, esize, t, op, c->size};
+    int rc;
 
     if (!s || !work || !esize || broken(c, err)) {
         free(s);
@@ -128,17 +118,12 @@ int coll_reduce_scatter(drt_comm_t *c, const void *send, void *recv, size_t coun
         return s && work && esize ? -1 : rt_fail(err, esize ? "out of memory"
                                                   : "reduce_scatter: unknown data type");
     }
-    if (half)
-        rt_to_f32((float *)work, send, total, t);
-    else
-        memcpy(work, send, total * esize);
+    memcpy(work, send, total * esize);
     for (int i = 0; i < c->world.n; i++)
-        s[i] = (span_t){(size_t)c->world.ranks[i] * count * wsize, count};
+        s[i] = (span_t){(size_t)c->world.ranks[i] * count * esize, count};
     enter(c, TRACE_REDUCE_SCATTER, count, (int)t);
     rc = c->world.ops->reduce_scatter(&c->cpu, &c->world, &x, s, err);
-    if (rc == 0 && half)
-        rt_from_f32(recv, (float *)(work + (size_t)c->rank * count * wsize), count, t);
-    else if (rc == 0)
+    if (rc == 0)
         memcpy(recv, work + (size_t)c->rank * count * esize, count * esize);
     free(s);
     free(work);

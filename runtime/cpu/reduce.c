@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /* Element-wise reductions and the 16-bit float conversions. bfloat16 and
- * float16 are reduced in float32 (collectives convert once on the way in
- * and once on the way out), so rounding happens once, not once per hop. */
+ * float16 travel as 16 bits, as under NCCL and gloo (half the bytes of
+ * float32 on the wire: what a bf16 gradient hook is for); each reduction
+ * step widens both operands, combines them in float32 and rounds once. */
 #include "../internal.h"
 
 #include <string.h>
+
+enum { HALF_BLOCK = 512 }; /* 16-bit floats widened this many at a time (2 KiB a block) */
 
 size_t drt_dtype_size(drt_dtype_t t)
 {
@@ -40,9 +43,34 @@ size_t drt_dtype_size(drt_dtype_t t)
         REDUCE_LOOP(a, a, b);                                                       \
     } while (0)
 
-/* acc[i] = acc[i] (op) in[i]; 16-bit floats arrive here as float32. */
+static int is_half(drt_dtype_t t)
+{
+    return t == DRT_BFLOAT16 || t == DRT_FLOAT16;
+}
+
+/* out = x (op) y for 16-bit floats, a block at a time through float32 on
+ * the stack (out may be x: each block is read before it is written). */
+static void reduce_half(void *out, const void *x, const void *y, size_t count, drt_dtype_t t,
+                        drt_op_t op)
+{
+    float a[HALF_BLOCK], b[HALF_BLOCK];
+
+    for (size_t i = 0; i < count; i += HALF_BLOCK) {
+        size_t k = count - i < HALF_BLOCK ? count - i : HALF_BLOCK;
+        rt_to_f32(a, (const unsigned char *)x + 2 * i, k, t);
+        rt_to_f32(b, (const unsigned char *)y + 2 * i, k, t);
+        rt_reduce(a, b, k, DRT_FLOAT32, op);
+        rt_from_f32((unsigned char *)out + 2 * i, a, k, t);
+    }
+}
+
+/* acc[i] = acc[i] (op) in[i] */
 void rt_reduce(void *acc, const void *in, size_t count, drt_dtype_t t, drt_op_t op)
 {
+    if (is_half(t)) {
+        reduce_half(acc, acc, in, count, t, op);
+        return;
+    }
     switch (t) {
     case DRT_FLOAT64: REDUCE_IN_PLACE(double); break;
     case DRT_INT32: REDUCE_IN_PLACE(int32_t); break;
@@ -63,6 +91,10 @@ void rt_reduce(void *acc, const void *in, size_t count, drt_dtype_t t, drt_op_t 
 void rt_reduce_to(void *out, const void *x, const void *y, size_t count, drt_dtype_t t,
                   drt_op_t op)
 {
+    if (is_half(t)) {
+        reduce_half(out, x, y, count, t, op);
+        return;
+    }
     switch (t) {
     case DRT_FLOAT64: REDUCE_OUT(double); break;
     case DRT_INT32: REDUCE_OUT(int32_t); break;
@@ -73,6 +105,17 @@ void rt_reduce_to(void *out, const void *x, const void *y, size_t count, drt_dty
 
 void rt_scale_avg(void *buf, size_t count, drt_dtype_t t, int n)
 {
+    float a[HALF_BLOCK];
+
+    if (is_half(t)) {
+        for (size_t i = 0; i < count; i += HALF_BLOCK) {
+            size_t k = count - i < HALF_BLOCK ? count - i : HALF_BLOCK;
+            rt_to_f32(a, (unsigned char *)buf + 2 * i, k, t);
+            rt_scale_avg(a, k, DRT_FLOAT32, n);
+            rt_from_f32((unsigned char *)buf + 2 * i, a, k, t);
+        }
+        return;
+    }
     switch (t) {
     case DRT_FLOAT64:
         for (size_t i = 0; i < count; i++)

@@ -48,8 +48,7 @@ struct gpu {
     int nlane_done, lane_calls, lane_failed;
     /* DDPRT_GPU_RAIL=host: the rail phase through pinned host memory */
     unsigned char *stage;       /* pinned, stage_cap bytes */
-    float *widened;             /* 16-bit floats as float32 for the CPU ring */
-    size_t stage_cap, widened_cap;
+    size_t stage_cap;
     cudaEvent_t stage_ev;
     /* issue: held around every NCCL call on a communicator and while the
      * watchdog takes them away to abort, so no call sees a freed comm */

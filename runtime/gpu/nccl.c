@@ -243,11 +243,11 @@ const group_ops_t nccl_group_ops = {"nccl", nccl_reduce_scatter, nccl_allgather,
  * where NCCL's network transport is not wanted: the rail phase copies this
  * rank's span to pinned host memory, runs the CPU backend's rail ring over
  * TCP, and copies the result back (Horovod's cross-node phase does the
- * same over MPI). The node phases stay on NCCL. 16-bit floats are widened
- * to float32 on the host, as on the CPU path. The copies are waited for
+ * same over MPI). The node phases stay on NCCL. 16-bit floats cross as 16
+ * bits, as on the CPU path. The copies are waited for
  * (polled, under DDPRT_TIMEOUT), so the pipelined hier runs this phase in
  * turn with the node phases rather than beside them. */
-static int stage_room(struct gpu *g, size_t bytes, size_t widened, drt_error_t *err)
+static int stage_room(struct gpu *g, size_t bytes, drt_error_t *err)
 {
     if (bytes > g->stage_cap) {
         cudaError_t rc;
@@ -260,13 +260,6 @@ static int stage_room(struct gpu *g, size_t bytes, size_t widened, drt_error_t *
             return rt_fail(err, "ddprt: cannot pin %zu bytes of host memory for the rail "
                            "phase: %s", bytes, g->api->cudaGetErrorString(rc));
         g->stage_cap = bytes;
-    }
-    if (widened > g->widened_cap) {
-        float *w = realloc(g->widened, widened * sizeof(float));
-        if (!w)
-            return rt_fail(err, "out of memory for %zu float32 elements", widened);
-        g->widened = w;
-        g->widened_cap = widened;
     }
     if (!g->stage_ev)
         return cuda_ok(g, g->api->cudaEventCreateWithFlags(&g->stage_ev, cudaEventDisableTiming),
@@ -292,23 +285,17 @@ static int staged_allreduce(coll_set_t *s, const group_t *grp, const coll_args_t
 {
     struct gpu *g = of(s);
     drt_comm_t *c = g->c;
-    int half = x->t == DRT_BFLOAT16 || x->t == DRT_FLOAT16;
     size_t bytes = x->count * x->esize;
     const unsigned char *in = (x->src ? x->src : x->buf) + off;
-    coll_args_t h = {NULL, NULL, x->count, half ? sizeof(float) : x->esize,
-                     half ? DRT_FLOAT32 : x->t, x->op, x->avg_n};
+    coll_args_t h = {NULL, NULL, x->count, x->esize, x->t, x->op, x->avg_n};
 
     (void)grp; /* the CPU rail group: the same ranks in the same order */
-    if (stage_room(g, bytes, half ? x->count : 0, err) < 0 ||
+    if (stage_room(g, bytes, err) < 0 ||
         copy_wait(g, g->stage, in, bytes, cudaMemcpyDeviceToHost, err) < 0)
         return -1;
-    h.buf = half ? (unsigned char *)g->widened : g->stage;
-    if (half)
-        rt_to_f32(g->widened, g->stage, x->count, x->t);
+    h.buf = g->stage;
     if (c->rail.ops->allreduce(&c->cpu, &c->rail, &h, 0, err) < 0)
         return gpu_fail(g, err, "%s", err->text); /* the peers' NCCL phases must stop too */
-    if (half)
-        rt_from_f32(g->stage, g->widened, x->count, x->t);
     return copy_wait(g, x->buf + off, g->stage, bytes, cudaMemcpyHostToDevice, err);
 }
 
@@ -348,11 +335,9 @@ void nccl_stage_free(struct gpu *g)
         g->api->cudaFreeHost(g->stage);
     if (g->stage_ev)
         g->api->cudaEventDestroy(g->stage_ev);
-    free(g->widened);
     g->stage = NULL;
-    g->widened = NULL;
     g->stage_ev = NULL;
-    g->stage_cap = g->widened_cap = 0;
+    g->stage_cap = 0;
 }
 
 /* ---- device memory, fences, timers: stream-ordered on lane 0 ---- */

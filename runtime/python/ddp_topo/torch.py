@@ -272,7 +272,8 @@ def async_allreduce_hook(rt, bucket):
 
 def bf16_compress_hook(rt, bucket):
     """Averages a bfloat16 copy of the bucket (half the bytes on the wire;
-    the runtime adds in float32) and writes it back. The copy is contiguous
+    each reduction step adds in float32 and rounds to bfloat16) and writes
+    it back. The copy is contiguous
     whatever the bucket's layout, so a strided bucket is reduced right."""
     tensor = bucket.buffer()
     compressed = tensor.mul_(1.0 / rt.size).to(torch.bfloat16).contiguous()
