@@ -7,9 +7,10 @@ was done; a step ends when its last bucket (GradBucket.is_last()) is done.
 Per step: comm (the buckets' allreduces, end to end: the runtime runs them
 one after another), exposed (from the last bucket's hand-over, when
 backward has computed every gradient, to its allreduce done: what backward
-did not hide; with the blocking hook every bucket's whole allreduce), step (from the previous step's end), compute (step minus
-exposed: forward, backward, the optimizer, data loading), bytes, and the
-algorithm that ran. Every `every` steps the ranks sum one small vector
+did not hide; with the blocking hook every bucket's whole allreduce), step
+(from the previous step's end), compute (step minus exposed: forward,
+backward, the optimizer, data loading), bytes, and the algorithm the
+step's last bucket ran. Every `every` steps the ranks sum one small vector
 (each its mean compute in its own slot), started before the last bucket's
 Future completes, so every rank issues it at the same point; once done,
 rank 0 prints ddp-train's line (without the loss, which the hooks never
@@ -83,7 +84,7 @@ class Telemetry:
     @staticmethod
     def _new_window():
         return {"steps": 0, "step": 0.0, "compute": 0.0, "comm": 0.0, "exposed": 0.0,
-                "bytes": 0, "buckets": 0}
+                "bytes": 0, "buckets": 0, "algo": None}
 
     def handed(self, nbytes, last):
         """A bucket's allreduce starts (or, blocking, is about to run)."""
@@ -127,6 +128,9 @@ class Telemetry:
             self._t_end = None
 
     def _end_step(self, s, now):
+        # the buckets' algorithm, read now: once the window's vector is
+        # issued, the last allreduce is that small one (auto: often flat)
+        self._win["algo"] = self.rt.last_algo()
         start = self._t_end if self._t_end is not None else s["t_first"]
         step = now - start
         exposed = max(s["blocked"], now - s["t_last"])
@@ -153,7 +157,7 @@ class Telemetry:
         """rank 0's line and JSON line for the window (on the waiter thread)."""
         if error is not None or self.rt.rank != 0:
             return
-        k, algo = win["steps"], self.rt.last_algo()
+        k, algo = win["steps"], win["algo"]
         means = list(vec)
         slow = max(range(len(means)), key=lambda r: means[r])
         lag = (means[slow] - min(means)) * 1e3
