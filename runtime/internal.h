@@ -33,12 +33,21 @@ typedef struct {
     _Alignas(64) unsigned char data[RT_SHM_RING];
 } shm_ring_t;
 
+/* A local rank's doorbell in the node's segment: a rank waiting on its
+ * rings sleeps on seq (a futex), and a peer that moves one of them bumps
+ * seq and wakes it if it sleeps. */
+typedef struct {
+    _Alignas(64) volatile uint32_t seq;
+    volatile uint32_t sleepers;
+} shm_bell_t;
+
 /* How this rank reaches one peer: TCP to other nodes, rings within a node. */
 typedef struct {
     int peer;
     const struct transport *tp; /* NULL: not connected */
     int fd;             /* TCP socket, -1 when none */
     shm_ring_t *tx, *rx;
+    shm_bell_t *bell;   /* the peer's doorbell, same node only */
     pid_t pid;          /* the peer's process, same node only */
 } chan_t;
 
@@ -83,6 +92,8 @@ struct drt_comm {
     int pmix;                 /* bootstrapped through PMIx */
     int abort;                /* a pipelined collective failed: stop the other thread */
     shm_t *shm;
+    shm_bell_t *bell;         /* this rank's doorbell in the node's segment; NULL alone */
+    int bell_yield;           /* the node's ranks outnumber this process's CPUs */
     double timeout;           /* seconds */
     uint64_t seq;             /* collectives issued, for error messages */
     drt_algo_t algo;
@@ -214,6 +225,9 @@ int notice_check(drt_comm_t *c, unsigned kinds, drt_error_t *err);
 /* shm.c */
 int shm_attach(drt_comm_t *c, drt_error_t *err);
 void shm_detach(drt_comm_t *c);
+void shm_bell_ring(shm_bell_t *b);
+uint32_t shm_bell_announce(shm_bell_t *b);
+void shm_bell_wait(shm_bell_t *b, uint32_t seq, int sleep);
 
 /* xfer.c: move bytes to one peer while receiving from another */
 int xfer(drt_comm_t *c, int to, const void *sbuf, size_t slen, int from, void *rbuf,

@@ -3,15 +3,21 @@
  * of its ranks, so ranks of one node never talk over loopback TCP. The
  * segment is unlinked as soon as every local rank has mapped it, so nothing
  * is left in /dev/shm when a job dies. */
+#define _GNU_SOURCE /* syscall */
 #include "../internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -27,9 +33,10 @@ struct shm {
 
 #define HEADER 4096
 
+/* the header, a doorbell per local rank, then the rings */
 static size_t segment_size(int n)
 {
-    return HEADER + (size_t)n * (size_t)n * sizeof(shm_ring_t);
+    return HEADER + (size_t)n * sizeof(shm_bell_t) + (size_t)n * (size_t)n * sizeof(shm_ring_t);
 }
 
 /* Keyed by the secret and the step (MASTER_PORT, restarts, drt_shrink's
@@ -95,12 +102,24 @@ static int wait_attached(const drt_comm_t *c, shm_header_t *h, drt_error_t *err)
     return 0;
 }
 
+/* More local ranks than CPUs this process may run on: a rank waiting on its
+ * rings yields while it polls, since the peer it waits for may need this
+ * very core (4 ranks on 2 cores: 8-byte allreduces took 150-360 us when
+ * they polled or slept at once, 25-30 us yielding). */
+static int outnumbered(int local_ranks)
+{
+    cpu_set_t set;
+
+    return sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) < local_ranks;
+}
+
 int shm_attach(drt_comm_t *c, drt_error_t *err)
 {
     int n = c->node.n, fd;
     char name[64];
     size_t size = segment_size(n);
     shm_header_t *h;
+    shm_bell_t *bells;
     unsigned char *rings;
 
     if (n < 2)
@@ -116,7 +135,10 @@ int shm_attach(drt_comm_t *c, drt_error_t *err)
         return rt_fail(err, "cannot map shared memory %s: %s", name, strerror(errno));
     }
     h = c->shm->base;
-    rings = (unsigned char *)c->shm->base + HEADER;
+    bells = (shm_bell_t *)((unsigned char *)c->shm->base + HEADER);
+    rings = (unsigned char *)(bells + n);
+    c->bell = &bells[c->node.me];
+    c->bell_yield = outnumbered(n);
     __atomic_add_fetch(&h->attached, 1, __ATOMIC_ACQ_REL);
     if (c->node.me == 0) {
         int rc = wait_attached(c, h, err);
@@ -131,6 +153,7 @@ int shm_attach(drt_comm_t *c, drt_error_t *err)
             continue;
         ch->tx = (shm_ring_t *)(rings + ((size_t)c->node.me * n + j) * sizeof(shm_ring_t));
         ch->rx = (shm_ring_t *)(rings + ((size_t)j * n + c->node.me) * sizeof(shm_ring_t));
+        ch->bell = &bells[j];
         ch->tp = &xfer_shm;
     }
     return 0;
@@ -142,4 +165,43 @@ void shm_detach(drt_comm_t *c)
         munmap(c->shm->base, c->shm->size);
     free(c->shm);
     c->shm = NULL;
+    c->bell = NULL;
+}
+
+/* Doorbells: a rank that found its rings idle sleeps in the kernel instead
+ * of yielding. With more runnable threads than cores (ranks, their progress
+ * threads, anything else), sched_yield hands the core to the others for a
+ * whole time slice at every hand-over of a ring's chunk; a futex wake makes
+ * the sleeper runnable at once (measured: tests/bench/torch-hooks, LOAD=2).
+ * The futex is shared (no FUTEX_PRIVATE_FLAG): the segment is mapped by
+ * every local rank. */
+
+/* After moving a ring the owner of b reads or writes: bump seq, then wake
+ * the owner if it announced that it sleeps. seq_cst on both sides: either
+ * the sleeper sees the new seq (and does not sleep) or we see it sleeping. */
+void shm_bell_ring(shm_bell_t *b)
+{
+    __atomic_add_fetch(&b->seq, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&b->sleepers, __ATOMIC_SEQ_CST))
+        syscall(SYS_futex, &b->seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+/* Announce a sleep on b; returns the seq to sleep on. The caller then
+ * checks its rings once more and calls shm_bell_wait whatever it found
+ * (sleep = 0 when they moved): that ends the announcement. */
+uint32_t shm_bell_announce(shm_bell_t *b)
+{
+    __atomic_add_fetch(&b->sleepers, 1, __ATOMIC_SEQ_CST);
+    return __atomic_load_n(&b->seq, __ATOMIC_SEQ_CST);
+}
+
+/* Sleep until b's seq moves from seq, 2 ms at most (the caller's loop still
+ * checks for dead peers, aborts and its timeout). */
+void shm_bell_wait(shm_bell_t *b, uint32_t seq, int sleep)
+{
+    struct timespec ts = {0, 2000000};
+
+    if (sleep && __atomic_load_n(&b->seq, __ATOMIC_SEQ_CST) == seq)
+        syscall(SYS_futex, &b->seq, FUTEX_WAIT, seq, &ts, NULL, 0);
+    __atomic_sub_fetch(&b->sleepers, 1, __ATOMIC_SEQ_CST);
 }

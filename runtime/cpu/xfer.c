@@ -71,14 +71,35 @@ static void combine(const side_t *s, size_t off, const unsigned char *in, size_t
 
 /* ---- shared memory: a pair of rings ---- */
 
+/* n bytes moved on a ring shared with s's peer: its doorbell, if any moved */
+static ssize_t moved(const side_t *s, size_t n)
+{
+    if (n)
+        shm_bell_ring(s->ch->bell);
+    return (ssize_t)n;
+}
+
 static ssize_t shm_send(side_t *s, size_t n)
 {
-    return (ssize_t)ring_write(s->ch->tx, s->buf + s->done, n);
+    return moved(s, ring_write(s->ch->tx, s->buf + s->done, n));
 }
 
 static ssize_t shm_recv(side_t *s, size_t n)
 {
-    return (ssize_t)ring_read(s->ch->rx, s->buf + s->done, n);
+    return moved(s, ring_read(s->ch->rx, s->buf + s->done, n));
+}
+
+/* The ring s waits on could move now: data to read, room to write (a
+ * reduction needs a whole element). */
+static int shm_ready(const side_t *s)
+{
+    const shm_ring_t *r = s->sending ? s->ch->tx : s->ch->rx;
+    uint64_t used = __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE) -
+                    __atomic_load_n(&r->head, __ATOMIC_ACQUIRE);
+
+    if (s->sending)
+        return used < RT_SHM_RING;
+    return used >= (s->reducing && s->done < s->len ? s->esize : 1);
 }
 
 /* Reduce whole elements straight out of the ring. */
@@ -94,7 +115,7 @@ static ssize_t shm_recv_reduce(side_t *s, size_t left)
     combine(s, s->done, r->data + off, first);
     combine(s, s->done + first, r->data, n - first);
     __atomic_store_n(&r->head, head + n, __ATOMIC_RELEASE);
-    return (ssize_t)n;
+    return moved(s, n);
 }
 
 /* Messages are padded to 8 bytes, so every message starts 8-aligned in its
@@ -112,12 +133,12 @@ static ssize_t shm_pad(side_t *s, size_t n)
     uint64_t tail, head;
 
     if (s->sending)
-        return (ssize_t)ring_write(s->ch->tx, zeros, n);
+        return moved(s, ring_write(s->ch->tx, zeros, n));
     tail = __atomic_load_n(&r->tail, __ATOMIC_ACQUIRE);
     head = r->head;
     n = n < (size_t)(tail - head) ? n : (size_t)(tail - head);
     __atomic_store_n(&r->head, head + n, __ATOMIC_RELEASE);
-    return (ssize_t)n;
+    return moved(s, n);
 }
 
 /* a rank of this node that is gone: no socket tells us, its pid does */
@@ -230,9 +251,28 @@ static ssize_t step(side_t *s)
     return n;
 }
 
-/* Nothing moved: sleep on the sockets when only sockets are pending, else
- * yield to the other local ranks (there may be more ranks than cores). */
-static void idle(const side_t *s, int spins)
+#define BELL_SPIN_S 50e-6
+
+/* Only rings pending and nothing moved for a while: sleep on the doorbell
+ * until a peer moves one (shm.c says why not sched_yield). The rings are
+ * checked once more after the sleep is announced, so no bell is missed. */
+static void bell_sleep(shm_bell_t *b, const side_t *s)
+{
+    uint32_t seq = shm_bell_announce(b);
+    int ready = 0;
+
+    for (int i = 0; i < 2; i++)
+        ready |= s[i].ch && s[i].done < total(&s[i]) && shm_ready(&s[i]);
+    shm_bell_wait(b, seq, !ready);
+}
+
+/* Nothing moved for idle_s: sleep on the sockets when only sockets are
+ * pending; on the doorbell when only rings are, after polling them for
+ * BELL_SPIN_S (a peer on another core answers sooner than a wake-up:
+ * yielding meanwhile only when the ranks outnumber the cores, since a
+ * yield to an unrelated busy thread costs a whole time slice); else yield
+ * to the other local ranks. */
+static void idle(drt_comm_t *c, const side_t *s, int spins, double idle_s)
 {
     struct pollfd p[2];
     int n = 0, shm = 0;
@@ -248,6 +288,11 @@ static void idle(const side_t *s, int spins)
     }
     if (!shm) {
         poll(p, (nfds_t)n, 10);
+    } else if (!n && c->bell) {
+        if (idle_s >= BELL_SPIN_S)
+            bell_sleep(c->bell, s);
+        else if (c->bell_yield)
+            sched_yield();
     } else if (spins < 1000) {
         sched_yield();
     } else {
@@ -306,7 +351,7 @@ static int run(drt_comm_t *c, side_t *s, drt_error_t *err)
                            "#%llu (DDPRT_TIMEOUT)", who, rt_where(c, who, where, sizeof(where)),
                            c->timeout, (unsigned long long)c->seq);
         }
-        idle(s, spins++);
+        idle(c, s, spins++, rt_now() - last);
     }
     return 0;
 }

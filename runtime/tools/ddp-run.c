@@ -160,7 +160,7 @@ static int master_port_range(int *lo, int *hi)
     int elo = 32768, ehi = 60999; /* Linux's default, if the file cannot be read */
 
     if (f) {
-        if (fscanf(f, "%d %d", &elo, &ehi) != 2)
+        if (fscanf(f, "%d %d", &elo, &ehi) != 2 || elo < 1 || elo > ehi || ehi > 65535)
             elo = 32768, ehi = 60999;
         fclose(f);
     }
