@@ -225,9 +225,6 @@ int notice_check(drt_comm_t *c, unsigned kinds, drt_error_t *err);
 /* shm.c */
 int shm_attach(drt_comm_t *c, drt_error_t *err);
 void shm_detach(drt_comm_t *c);
-void shm_bell_ring(shm_bell_t *b);
-uint32_t shm_bell_announce(shm_bell_t *b);
-void shm_bell_wait(shm_bell_t *b, uint32_t seq, int sleep);
 
 /* xfer.c: move bytes to one peer while receiving from another */
 int xfer(drt_comm_t *c, int to, const void *sbuf, size_t slen, int from, void *rbuf,

@@ -3,13 +3,11 @@
  * of its ranks, so ranks of one node never talk over loopback TCP. The
  * segment is unlinked as soon as every local rank has mapped it, so nothing
  * is left in /dev/shm when a job dies. */
-#define _GNU_SOURCE /* syscall */
+#define _GNU_SOURCE /* sched_getaffinity */
 #include "../internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
-#include <linux/futex.h>
 #include <sched.h>
 #include <sched.h>
 #include <stdio.h>
@@ -17,7 +15,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -166,42 +163,4 @@ void shm_detach(drt_comm_t *c)
     free(c->shm);
     c->shm = NULL;
     c->bell = NULL;
-}
-
-/* Doorbells: a rank that found its rings idle sleeps in the kernel instead
- * of yielding. With more runnable threads than cores (ranks, their progress
- * threads, anything else), sched_yield hands the core to the others for a
- * whole time slice at every hand-over of a ring's chunk; a futex wake makes
- * the sleeper runnable at once (measured: tests/bench/torch-hooks, LOAD=2).
- * The futex is shared (no FUTEX_PRIVATE_FLAG): the segment is mapped by
- * every local rank. */
-
-/* After moving a ring the owner of b reads or writes: bump seq, then wake
- * the owner if it announced that it sleeps. seq_cst on both sides: either
- * the sleeper sees the new seq (and does not sleep) or we see it sleeping. */
-void shm_bell_ring(shm_bell_t *b)
-{
-    __atomic_add_fetch(&b->seq, 1, __ATOMIC_SEQ_CST);
-    if (__atomic_load_n(&b->sleepers, __ATOMIC_SEQ_CST))
-        syscall(SYS_futex, &b->seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
-}
-
-/* Announce a sleep on b; returns the seq to sleep on. The caller then
- * checks its rings once more and calls shm_bell_wait whatever it found
- * (sleep = 0 when they moved): that ends the announcement. */
-uint32_t shm_bell_announce(shm_bell_t *b)
-{
-    __atomic_add_fetch(&b->sleepers, 1, __ATOMIC_SEQ_CST);
-    return __atomic_load_n(&b->seq, __ATOMIC_SEQ_CST);
-}
-
-/* Sleep until b's seq moves from seq, 2 ms at most (the caller's loop still
- * checks for dead peers, aborts and its timeout). */
-void shm_bell_wait(shm_bell_t *b, uint32_t seq, int sleep)
-{
-    struct timespec ts = {0, 2000000};
-
-    if (sleep && __atomic_load_n(&b->seq, __ATOMIC_SEQ_CST) == seq)
-        syscall(SYS_futex, &b->seq, FUTEX_WAIT, seq, &ts, NULL, 0);
-    __atomic_sub_fetch(&b->sleepers, 1, __ATOMIC_SEQ_CST);
 }

@@ -8,11 +8,14 @@
 #include "../internal.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
@@ -71,11 +74,49 @@ static void combine(const side_t *s, size_t off, const unsigned char *in, size_t
 
 /* ---- shared memory: a pair of rings ---- */
 
+/* Doorbells: a rank that found its rings idle sleeps in the kernel instead
+ * of yielding. With more runnable threads than cores (ranks, their progress
+ * threads, anything else), sched_yield hands the core to the others for a
+ * whole time slice at every hand-over of a ring's chunk; a futex wake makes
+ * the sleeper runnable at once (measured: tests/bench/torch-hooks, LOAD=2).
+ * The futex is shared (no FUTEX_PRIVATE_FLAG): the segment is mapped by
+ * every local rank. */
+
+/* After moving a ring the owner of b reads or writes: bump seq, then wake
+ * the owner if it announced that it sleeps. seq_cst on both sides: either
+ * the sleeper sees the new seq (and does not sleep) or we see it sleeping. */
+static void bell_ring(shm_bell_t *b)
+{
+    __atomic_add_fetch(&b->seq, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&b->sleepers, __ATOMIC_SEQ_CST))
+        syscall(SYS_futex, &b->seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+/* Announce a sleep on b; returns the seq to sleep on. The caller then
+ * checks its rings once more and calls bell_wait whatever it found
+ * (sleep = 0 when they moved): that ends the announcement. */
+static uint32_t bell_announce(shm_bell_t *b)
+{
+    __atomic_add_fetch(&b->sleepers, 1, __ATOMIC_SEQ_CST);
+    return __atomic_load_n(&b->seq, __ATOMIC_SEQ_CST);
+}
+
+/* Sleep until b's seq moves from seq, 2 ms at most (the caller's loop still
+ * checks for dead peers, aborts and its timeout). */
+static void bell_wait(shm_bell_t *b, uint32_t seq, int sleep)
+{
+    struct timespec ts = {0, 2000000};
+
+    if (sleep && __atomic_load_n(&b->seq, __ATOMIC_SEQ_CST) == seq)
+        syscall(SYS_futex, &b->seq, FUTEX_WAIT, seq, &ts, NULL, 0);
+    __atomic_sub_fetch(&b->sleepers, 1, __ATOMIC_SEQ_CST);
+}
+
 /* n bytes moved on a ring shared with s's peer: its doorbell, if any moved */
 static ssize_t moved(const side_t *s, size_t n)
 {
     if (n)
-        shm_bell_ring(s->ch->bell);
+        bell_ring(s->ch->bell);
     return (ssize_t)n;
 }
 
@@ -254,16 +295,16 @@ static ssize_t step(side_t *s)
 #define BELL_SPIN_S 50e-6
 
 /* Only rings pending and nothing moved for a while: sleep on the doorbell
- * until a peer moves one (shm.c says why not sched_yield). The rings are
+ * until a peer moves one (bell_ring says why not sched_yield). The rings are
  * checked once more after the sleep is announced, so no bell is missed. */
 static void bell_sleep(shm_bell_t *b, const side_t *s)
 {
-    uint32_t seq = shm_bell_announce(b);
+    uint32_t seq = bell_announce(b);
     int ready = 0;
 
     for (int i = 0; i < 2; i++)
         ready |= s[i].ch && s[i].done < total(&s[i]) && shm_ready(&s[i]);
-    shm_bell_wait(b, seq, !ready);
+    bell_wait(b, seq, !ready);
 }
 
 /* Nothing moved for idle_s: sleep on the sockets when only sockets are
